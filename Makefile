@@ -1,0 +1,24 @@
+# Two entry points: `make demo` (the main job) and `make test` (what CI runs).
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: demo test bench clean
+
+$(BIN)/tessel: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev,torch]'
+	touch $(BIN)/tessel
+
+demo: $(BIN)/tessel
+	$(BIN)/python -m tessel.demo out
+
+test: $(BIN)/tessel
+	$(BIN)/python -m pytest
+
+bench: $(BIN)/tessel
+	$(BIN)/python bench/search.py
+
+clean:
+	rm -rf $(VENV) out

@@ -1,0 +1,339 @@
+"""Schedule layer: the result value, its four validity rules, its figures, unroll and JSON I/O."""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from . import bounds
+from .placement import Number, Placement, PlacementError, atomic_write, placement_from_dict, read_document
+
+EPS = 1e-9
+FORMAT, VERSION = "tessel-schedule", 1
+
+
+class ScheduleError(ValueError):
+    """A schedule that breaks a rule (rule 0 = malformed document) or cannot be built."""
+
+    def __init__(self, message: str, rule: int = 0) -> None:
+        super().__init__(message)
+        self.rule = rule
+
+
+@dataclass(frozen=True)
+class Task:
+    block: str
+    micro_batch: int
+    start: Number
+
+
+@dataclass(frozen=True)
+class Repetend:
+    """The steady state: the tasks starting in [start, end) repeat every `period`."""
+    period: Number
+    start: Number
+    end: Number
+
+
+def _num(x: float) -> Number:
+    """Integers stay integers in files and tables."""
+    return int(round(x)) if abs(x - round(x)) < EPS else x
+
+
+def normalise_limit(limit: Number | Sequence[Number] | None, devices: int) -> tuple[Number, ...] | None:
+    if limit is None:
+        return None
+    if isinstance(limit, (int, float)):
+        return (limit,) * devices
+    lim = tuple(limit)
+    if len(lim) == 1:
+        return lim * devices
+    if len(lim) != devices:
+        raise ScheduleError(f"memory limit has {len(lim)} values for {devices} devices")
+    return lim
+
+
+@dataclass(frozen=True)
+class Schedule:
+    placement: Placement
+    micro_batches: int
+    tasks: tuple[Task, ...]
+    memory_limit: tuple[Number, ...] | None = None
+    repetend: Repetend | None = None
+    meta: Mapping[str, Any] = field(default_factory=dict, compare=False)
+
+    # ---- construction ----------------------------------------------------------------------
+    @staticmethod
+    def build(placement: Placement, micro_batches: int, starts: Mapping[tuple[str, int], Number],
+              memory_limit: Number | Sequence[Number] | None = None, repetend: Repetend | None = None,
+              meta: Mapping[str, Any] | None = None, check: bool = True) -> "Schedule":
+        """Make a schedule from {(block, micro_batch): start}, shifted to begin at 0, validated."""
+        t0 = min(starts.values()) if starts else 0
+        tasks = tuple(Task(b, m, _num(s - t0)) for (b, m), s in
+                      sorted(starts.items(), key=lambda kv: (kv[1], kv[0][1], kv[0][0])))
+        rep = None if repetend is None else Repetend(repetend.period, _num(repetend.start - t0),
+                                                     _num(repetend.end - t0))
+        s = Schedule(placement, micro_batches, tasks, normalise_limit(memory_limit, placement.devices),
+                     rep, dict(meta or {}))
+        if check:
+            s.validate()
+        return s
+
+    def with_meta(self, **kw: Any) -> "Schedule":
+        return replace(self, meta={**self.meta, **kw})
+
+    # ---- lookups -----------------------------------------------------------------------------
+    @cached_property
+    def start(self) -> dict[tuple[str, int], Number]:
+        return {(t.block, t.micro_batch): t.start for t in self.tasks}
+
+    def end(self, block: str, micro_batch: int) -> Number:
+        return self.start[(block, micro_batch)] + self.placement.by_id[block].duration
+
+    def device_tasks(self, device: int) -> list[Task]:
+        """Tasks on one device in start order: the per-device order a runtime executes."""
+        by = self.placement.by_id
+        return sorted((t for t in self.tasks if device in by[t.block].devices),
+                      key=lambda t: (t.start, t.micro_batch, t.block))
+
+    def device_orders(self) -> list[list[Task]]:
+        return [self.device_tasks(d) for d in range(self.placement.devices)]
+
+    # ---- the four rules ------------------------------------------------------------------------
+    def errors(self, limit: int = 10) -> list[str]:
+        """Broken rules, first ones first; empty when the schedule is valid."""
+        errs = self._rule1()
+        if errs:
+            return errs[:limit]
+        for rule in (self._rule2, self._rule3, self._rule4):
+            errs += rule()
+        return errs[:limit]
+
+    def validate(self) -> "Schedule":
+        errs = self.errors()
+        if errs:
+            rule = int(errs[0].split(" ", 2)[1].rstrip(":")) if errs[0].startswith("rule ") else 0
+            raise ScheduleError("; ".join(errs[:3]), rule)
+        return self
+
+    def _rule1(self) -> list[str]:
+        by, n = self.placement.by_id, self.micro_batches
+        errs, seen = [], set()
+        if n < 1:
+            errs.append(f"rule 1: micro_batches must be >= 1, got {n}")
+        for t in self.tasks:
+            key = (t.block, t.micro_batch)
+            if t.block not in by:
+                errs.append(f"rule 1: task of unknown block {t.block!r}")
+            elif not 0 <= t.micro_batch < n:
+                errs.append(f"rule 1: task {t.block}#{t.micro_batch} micro-batch out of 0..{n - 1}")
+            elif key in seen:
+                errs.append(f"rule 1: task {t.block}#{t.micro_batch} appears twice")
+            elif not (isinstance(t.start, (int, float)) and math.isfinite(t.start)) or t.start < -EPS:
+                errs.append(f"rule 1: task {t.block}#{t.micro_batch} has bad start {t.start!r}")
+            seen.add(key)
+        if not errs and len(seen) != len(by) * n:
+            missing = next((b, m) for m in range(n) for b in by if (b, m) not in seen)
+            errs.append(f"rule 1: {len(by) * n - len(seen)} tasks missing, e.g. {missing[0]}#{missing[1]}")
+        return errs
+
+    def _rule2(self) -> list[str]:
+        p, st = self.placement, self.start
+        for a, b in p.edges:
+            need = p.by_id[a].duration + p.edge_latency(a, b)
+            for m in range(self.micro_batches):
+                if st[(b, m)] + EPS < st[(a, m)] + need:
+                    return [f"rule 2: {b}#{m} starts at {st[(b, m)]} before its input {a}#{m} "
+                            f"is ready at {_num(st[(a, m)] + need)}"]
+        return []
+
+    def _rule3(self) -> list[str]:
+        by, errs = self.placement.by_id, []
+        for d, tasks in enumerate(self.device_orders()):
+            for x, y in zip(tasks, tasks[1:]):
+                if y.start + EPS < x.start + by[x.block].duration:
+                    errs.append(f"rule 3: device {d}: {y.block}#{y.micro_batch} at {y.start} overlaps "
+                                f"{x.block}#{x.micro_batch} running {x.start}..{_num(x.start + by[x.block].duration)}")
+                    break
+        return errs
+
+    def _rule4(self) -> list[str]:
+        if self.memory_limit is None:
+            return []
+        errs = []
+        for d, (peak, at) in enumerate(self._peaks()):
+            if peak > self.memory_limit[d] + EPS:
+                errs.append(f"rule 4: device {d}: memory reaches {_num(peak)} at time {at}, "
+                            f"over its limit {self.memory_limit[d]}")
+        return errs
+
+    # ---- figures -----------------------------------------------------------------------------
+    def memory_events(self, device: int) -> list[tuple[Number, Number]]:
+        """(time, delta) in rule-4 order: releases at block ends, allocations at block starts."""
+        by, ev = self.placement.by_id, []
+        for t in self.tasks:
+            b = by[t.block]
+            if device in b.devices and b.memory:
+                ev.append((t.start + b.duration, 0, b.memory) if b.memory < 0 else (t.start, 1, b.memory))
+        ev.sort()
+        return [(time, mem) for time, _, mem in ev]
+
+    def _peaks(self) -> list[tuple[Number, Number]]:
+        out = []
+        for d in range(self.placement.devices):
+            level = peak = 0
+            at: Number = 0
+            for time, mem in self.memory_events(d):
+                level += mem
+                if level > peak + EPS:
+                    peak, at = level, time
+            out.append((_num(peak), at))
+        return out
+
+    @cached_property
+    def peak_memory(self) -> tuple[Number, ...]:
+        return tuple(p for p, _ in self._peaks())
+
+    @cached_property
+    def makespan(self) -> Number:
+        by = self.placement.by_id
+        return _num(max(t.start + by[t.block].duration for t in self.tasks) - min(t.start for t in self.tasks))
+
+    @cached_property
+    def lower_bound(self) -> Number:
+        return _num(bounds.lower_bound(self.placement, self.micro_batches))
+
+    @property
+    def ratio(self) -> float:
+        return self.makespan / self.lower_bound
+
+    @cached_property
+    def busy(self) -> tuple[Number, ...]:
+        return tuple(_num(self.micro_batches * x) for x in self.placement.loads)
+
+    @property
+    def bubble(self) -> float:
+        return 1.0 - sum(self.busy) / (self.placement.devices * self.makespan)
+
+    def figures(self) -> dict[str, Any]:
+        return {"micro_batches": self.micro_batches, "makespan": self.makespan,
+                "lower_bound": self.lower_bound, "ratio": round(self.ratio, 4),
+                "bubble": round(self.bubble, 4), "peak_memory": list(self.peak_memory),
+                "memory_limit": None if self.memory_limit is None else list(self.memory_limit),
+                "period": None if self.repetend is None else self.repetend.period}
+
+    # ---- unroll ------------------------------------------------------------------------------
+    def unroll(self, micro_batches: int, check: bool = True) -> "Schedule":
+        """Repeat the repetend so the schedule covers `micro_batches`, without any search."""
+        if self.repetend is None:
+            raise ScheduleError("this schedule carries no repetend to unroll")
+        return unroll(self, micro_batches, check)
+
+    # ---- I/O ---------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"format": FORMAT, "version": VERSION, "placement": self.placement.to_dict()}
+        if self.memory_limit is not None:
+            lim = self.memory_limit
+            d["memory_limit"] = lim[0] if len(set(lim)) == 1 else list(lim)
+        d["micro_batches"] = self.micro_batches
+        d["tasks"] = [{"block": t.block, "micro_batch": t.micro_batch, "start": t.start} for t in self.tasks]
+        if self.repetend is not None:
+            r = self.repetend
+            d["repetend"] = {"period": r.period, "start": r.start, "end": r.end}
+        d["meta"] = dict(self.meta)
+        return d
+
+    def save(self, path: str | Path) -> None:
+        atomic_write(path, json.dumps(self.to_dict(), indent=None, separators=(",", ":"), default=str))
+
+    @staticmethod
+    def load(path: str | Path, check: bool = False) -> "Schedule":
+        try:
+            doc = read_document(path)
+        except PlacementError as e:
+            raise ScheduleError(str(e)) from None
+        return schedule_from_dict(doc, str(path), check)
+
+    def ascii(self, width: int = 200) -> str:
+        from .render import render_ascii
+        return render_ascii(self, width)
+
+
+def _require(doc: Mapping[str, Any], key: str, types: tuple[type, ...], where: str) -> Any:
+    if key not in doc:
+        raise ScheduleError(f"{where}: missing field {key!r}")
+    v = doc[key]
+    if not isinstance(v, types) or isinstance(v, bool):
+        raise ScheduleError(f"{where}: field {key!r} has the wrong type ({type(v).__name__})")
+    return v
+
+
+def schedule_from_dict(doc: Any, source: str = "schedule", check: bool = False) -> Schedule:
+    """Read a v1 schedule document strictly; structural problems raise ScheduleError (rule 0)."""
+    if not isinstance(doc, Mapping):
+        raise ScheduleError(f"{source}: a schedule must be a JSON object")
+    if doc.get("format") != FORMAT or doc.get("version") != VERSION:
+        raise ScheduleError(f"{source}: not a {FORMAT} version {VERSION} document")
+    try:
+        placement = placement_from_dict(_require(doc, "placement", (dict,), source), f"{source}: placement")
+    except PlacementError as e:
+        raise ScheduleError(str(e)) from None
+    n = _require(doc, "micro_batches", (int,), source)
+    tasks = []
+    for i, t in enumerate(_require(doc, "tasks", (list,), source)):
+        if not isinstance(t, Mapping):
+            raise ScheduleError(f"{source}: tasks[{i}] must be an object")
+        tasks.append(Task(str(_require(t, "block", (str,), f"{source}: tasks[{i}]")),
+                          _require(t, "micro_batch", (int,), f"{source}: tasks[{i}]"),
+                          _require(t, "start", (int, float), f"{source}: tasks[{i}]")))
+    limit = doc.get("memory_limit")
+    if limit is not None and not (isinstance(limit, (int, float)) or
+                                  (isinstance(limit, list) and all(isinstance(x, (int, float)) for x in limit))):
+        raise ScheduleError(f"{source}: memory_limit must be a number or a list of numbers")
+    rep = doc.get("repetend")
+    repetend = None
+    if rep is not None:
+        where = f"{source}: repetend"
+        if not isinstance(rep, Mapping):
+            raise ScheduleError(f"{where} must be an object")
+        repetend = Repetend(*(_require(rep, k, (int, float), where) for k in ("period", "start", "end")))
+    meta = doc.get("meta") or {}
+    if not isinstance(meta, Mapping):
+        raise ScheduleError(f"{source}: meta must be an object")
+    s = Schedule(placement, n, tuple(tasks), normalise_limit(limit, placement.devices), repetend, dict(meta))
+    return s.validate() if check else s
+
+
+def unroll(s: Schedule, micro_batches: int, check: bool = True) -> Schedule:
+    """Warm-up as is, the kernel [start, end) repeated, the cool-down shifted after it."""
+    rep = s.repetend
+    assert rep is not None
+    nblocks = len(s.placement.blocks)
+    kernel = [t for t in s.tasks if rep.start - EPS <= t.start < rep.end - EPS]
+    shift, rem = divmod(len(kernel), nblocks)
+    if shift < 1 or rem:
+        raise ScheduleError(f"repetend [{rep.start}, {rep.end}) holds {len(kernel)} tasks, "
+                            f"not a whole number of micro-batches of {nblocks} blocks")
+    extra = micro_batches - s.micro_batches
+    if extra % shift:
+        raise ScheduleError(f"this repetend advances {shift} micro-batches per period: "
+                            f"{micro_batches} is not {s.micro_batches} plus a multiple of {shift}")
+    reps = extra // shift + 1
+    if reps < 0:
+        raise ScheduleError(f"cannot unroll below {s.micro_batches - shift} micro-batches")
+    starts: dict[tuple[str, int], Number] = {}
+    for t in s.tasks:
+        if t.start < rep.start - EPS:
+            starts[(t.block, t.micro_batch)] = t.start
+        elif t.start < rep.end - EPS:
+            for j in range(reps):
+                starts[(t.block, t.micro_batch + j * shift)] = t.start + j * rep.period
+        else:
+            starts[(t.block, t.micro_batch + (reps - 1) * shift)] = t.start + (reps - 1) * rep.period
+    repetend = rep if reps > 0 else None
+    meta = {**s.meta, "unrolled_from": s.micro_batches}
+    return Schedule.build(s.placement, micro_batches, starts, s.memory_limit, repetend, meta, check)
+
