@@ -109,8 +109,3 @@ def print_summary(s: Schedule) -> None:
         if k in s.meta:
             print(f"{k:>14}: {fmt(s.meta[k])}")
 
-
-def write_schedule(s: Schedule, path: str | None) -> None:
-    if path:
-        s.save(path)
-        print(f"wrote {path}")

@@ -1,0 +1,26 @@
+"""The files a command that produces a schedule can write: schedule JSON, picture, trace."""
+from __future__ import annotations
+
+import argparse
+
+from ..schedule import Schedule
+
+
+def add_output_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-o", "--output", metavar="FILE", help="write the schedule JSON here")
+    p.add_argument("--plot", metavar="FILE", help="write a Gantt chart (.png or .svg)")
+    p.add_argument("--trace", metavar="FILE", help="write a Chrome/Perfetto trace (.json)")
+
+
+def write_outputs(s: Schedule, args: argparse.Namespace) -> None:
+    if getattr(args, "output", None):
+        s.save(args.output)
+        print(f"wrote {args.output}")
+    if getattr(args, "plot", None):
+        from ..viz.gantt import plot_schedule
+        plot_schedule(s, args.plot)
+        print(f"wrote {args.plot}")
+    if getattr(args, "trace", None):
+        from ..viz.trace import write_trace
+        write_trace(s, args.trace)
+        print(f"wrote {args.trace}")
