@@ -335,13 +335,13 @@ def load_placement(path: str | Path) -> Placement:
     return placement_from_dict(read_document(path), str(path))
 
 
-def atomic_write(path: str | Path, text: str) -> None:
+def atomic_write(path: str | Path, text: str | bytes) -> None:
     """Write a file so that readers see the old or the new content, never a torn one."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
     try:
-        with os.fdopen(fd, "w") as f:
+        with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w") as f:
             f.write(text)
         os.replace(tmp, p)
     except BaseException:

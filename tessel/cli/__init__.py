@@ -40,6 +40,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                         format="%(levelname)s %(name)s: %(message)s")
     try:
         return int(args.func(args) or 0)
+    except BrokenPipeError:
+        # a reader such as `head` closed the pipe: not an error of the user's input
+        sys.stderr.close()
+        return 0
     except (UsageError, PlacementError, ScheduleError, ValueError, OSError) as e:
         print(f"tessel: error: {e}", file=sys.stderr)
         return 2

@@ -1,0 +1,255 @@
+"""The baselines: hand-made schedules and a greedy list scheduler.
+
+Each baseline is a `fits(placement)` that raises BaselineError saying why it does not apply, and
+a `starts(placement, micro_batches, limit)` that returns every task's start time.
+
+How far they reach:
+- `gpipe`: all forwards, then all backwards: each device runs its blocks in data order, each
+  block over every micro-batch in turn (per-device orders timed by tessel.timing). Any placement
+  whose forward blocks never wait on backward ones, inference placements too. Memory: N
+  micro-batches' activations.
+- `1f1b`: the greedy walk (backward first, lowest micro-batch) with each device's activations
+  capped at its 1F1B depth: the number of memory-keeping forward blocks a micro-batch still
+  passes from that device's first one on (p - i for stage i of a plain pipeline). On plain
+  pipelines this is 1F1B exactly; blocks on several devices (M, NN, mllm, finetune shapes) run
+  synchronised on all their devices at once: the paper's "1F1B+". Any training placement whose
+  forward blocks never wait on backward ones.
+- `interleaved`: Megatron's interleaved 1F1B orders on a looped pipeline (v >= 2 chunks per
+  device); micro-batches a multiple of the device count, as Megatron requires.
+- `chimera`: two opposite pipelines (xshape). Each runs 1F1B with at most p/2 micro-batches in
+  flight per stage (Chimera's memory: p/2+1 .. p activations per device); each device runs the
+  two pipelines' tasks in the order of their stand-alone 1F1B times. Continuous: no unit
+  boundaries between groups of p micro-batches.
+- `zb-h1`: zero-bubble H1 orders on a pipeline whose backwards are split into B and W: 1F1B
+  warm-up, then F B per step with stage i keeping i weight passes back to fill the cool-down
+  (peak memory p on every stage, 1F1B's peak).
+- `greedy`: any placement, any memory limit a micro-batch fits in (see tessel.baselines.engine).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from ..placement import Number, Placement, make_placement
+from ..schedule import normalise_limit
+from ..timing import Key, earliest_starts
+from .engine import Pools, backward_first, list_schedule, memory_need, one_group, reservations
+from .shapes import FORWARD_PHASE, BaselineError, Chain, chain, check_phases, components, single_chain
+
+Limit = Number | Sequence[Number] | None
+Starts = dict[Key, Number]
+
+
+@dataclass(frozen=True)
+class Baseline:
+    fits: Callable[[Placement], None]
+    starts: Callable[[Placement, int, Limit], Starts]
+    # micro-batches one period of the steady state may advance by, tried in turn; () for none
+    shifts: Callable[[Placement], tuple[int, ...]] = lambda p: ()
+
+
+def _is_forward(p: Placement, b: str) -> bool:
+    return p.by_id[b].kind in FORWARD_PHASE
+
+
+def _orders_by(p: Placement, n: int, key: Callable[[str, int], tuple]) -> list[list[Key]]:
+    """Per-device orders that all follow one global order: they can never wait on each other."""
+    tasks = sorted(((b.id, m) for b in p.blocks for m in range(n)), key=lambda t: key(*t))
+    orders: list[list[Key]] = [[] for _ in range(p.devices)]
+    for b, m in tasks:
+        for d in p.by_id[b].devices:
+            orders[d].append((b, m))
+    return orders
+
+
+# ---- gpipe ---------------------------------------------------------------------------------
+def _gpipe_fits(p: Placement) -> None:
+    check_phases(p, "gpipe")
+
+
+def _gpipe(p: Placement, n: int, limit: Limit) -> Starts:
+    rank = {b: i for i, b in enumerate(p.topo_order)}
+    return earliest_starts(p, n, _orders_by(p, n, lambda b, m: (not _is_forward(p, b), rank[b], m)))
+
+
+# ---- 1f1b and chimera: the greedy walk with 1F1B depths ---------------------------------------
+def _training_fits(p: Placement, method: str) -> None:
+    if not p.is_training:
+        raise BaselineError(f"{method} interleaves forwards and backwards; placement {p.name} has no "
+                            "backward blocks (use gpipe or greedy)")
+    check_phases(p, method)
+
+
+def depths(p: Placement, blocks: Sequence[str]) -> dict[int, int]:
+    """Per device: the most memory-keeping forward blocks a micro-batch passes from one on it on."""
+    keep = {b for b in blocks if _is_forward(p, b) and p.by_id[b].memory > 0}
+    inside = set(blocks)
+    ahead: dict[str, int] = {}
+    for x in reversed(p.topo_order):
+        if x in inside:
+            nxt = [ahead[s] for s in p.succs[x] if s in inside and _is_forward(p, s)]
+            ahead[x] = (x in keep) + max(nxt, default=0)
+    out: dict[int, int] = {}
+    for b in keep:
+        for d in p.by_id[b].devices:
+            out[d] = max(out.get(d, 0), ahead[b])
+    return out
+
+
+def _depth_pools(p: Placement, n: int, groups: Sequence[Sequence[str]], most: int | None = None) -> Pools:
+    """Caps of `depth` micro-batches in flight per pool (plus what finished ones leave behind)."""
+    group = {b: g for g, ids in enumerate(groups) for b in ids}
+    reserve, leave = reservations(p, group)
+    caps = {}
+    for g, ids in enumerate(groups):
+        for d, depth in depths(p, ids).items():
+            caps[(d, g)] = min(depth, most or depth) * reserve[(d, g)] + (n - 1) * leave[(d, g)]
+    return Pools(group, caps)
+
+
+def _1f1b(p: Placement, n: int, limit: Limit) -> Starts:
+    return list_schedule(p, n, backward_first(p), _depth_pools(p, n, [[b.id for b in p.blocks]]))
+
+
+def _chimera_chains(p: Placement) -> list[Chain]:
+    comps = components(p)
+    if len(comps) != 2:
+        raise BaselineError(f"chimera needs two opposite pipelines (xshape); placement {p.name} has "
+                            f"{len(comps)} separate part(s)")
+    try:
+        chains = [chain(p, ids) for ids in comps]
+    except BaselineError as e:
+        raise BaselineError(f"chimera needs two opposite pipelines (xshape): {e}") from None
+    down, up = (c.devices(p) for c in chains)
+    if sorted(down) != list(range(p.devices)) or up != down[::-1] or not all(c.backward for c in chains):
+        raise BaselineError("chimera needs two pipelines over all devices in opposite directions, "
+                            "each with its backward")
+    return chains
+
+
+def _chimera_fits(p: Placement) -> None:
+    _chimera_chains(p)
+
+
+def _part(p: Placement, ids: Sequence[str]) -> Placement:
+    keep = set(ids)
+    return make_placement(p.name, p.devices, [b for b in p.blocks if b.id in keep],
+                          [e for e in p.edges if e[0] in keep], p.latency)
+
+
+def _chimera(p: Placement, n: int, limit: Limit) -> Starts:
+    """Each pipeline's stand-alone 1F1B times (at most p/2 in flight per stage) order the devices."""
+    ideal: dict[Key, tuple[Number, int]] = {}
+    for g, c in enumerate(_chimera_chains(p)):
+        part = _part(p, c.forward + c.backward)
+        pools = _depth_pools(part, n, [[b.id for b in part.blocks]], math.ceil(p.devices / 2))
+        for key, t in list_schedule(part, n, backward_first(part), pools).items():
+            ideal[key] = (t, g)
+    return earliest_starts(p, n, _orders_by(p, n, lambda b, m: ideal[(b, m)]))
+
+
+# ---- greedy ---------------------------------------------------------------------------------
+def _greedy(p: Placement, n: int, limit: Limit) -> Starts:
+    group = one_group(p)
+    lim = normalise_limit(limit, p.devices)
+    caps = {}
+    if lim is not None:
+        for (d, g), need in memory_need(p, n, group).items():
+            if need > lim[d]:
+                raise BaselineError(f"greedy: device {d} needs memory {need:g} to run every micro-batch "
+                                    f"(its blocks' allocations), over its limit {lim[d]:g}")
+            caps[(d, g)] = lim[d]
+    return list_schedule(p, n, backward_first(p), Pools(group, caps))
+
+
+# ---- interleaved ----------------------------------------------------------------------------
+def _looped(p: Placement) -> tuple[Chain, int]:
+    c = single_chain(p, "interleaved")
+    devs = c.devices(p)
+    first = devs[:p.devices]
+    if not c.backward or c.weight:
+        raise BaselineError("interleaved needs a looped pipeline with whole backwards")
+    if sorted(first) != list(range(p.devices)) or any(d != first[k % p.devices] for k, d in enumerate(devs)):
+        raise BaselineError("interleaved needs a looped pipeline: stage k on the (k mod p)-th device")
+    chunks = len(devs) // p.devices
+    if chunks < 2 or len(devs) % p.devices:
+        raise BaselineError(f"interleaved needs >= 2 model chunks per device; placement {p.name} has "
+                            f"{len(devs)} stages on {p.devices} devices (use 1f1b)")
+    return c, chunks
+
+
+def _interleaved_fits(p: Placement) -> None:
+    _looped(p)
+
+
+def _interleaved(p: Placement, n: int, limit: Limit) -> Starts:
+    c, v = _looped(p)
+    k_dev = p.devices
+    if n % k_dev:
+        raise BaselineError(f"interleaved needs micro-batches a multiple of the {k_dev} devices, got {n}")
+    s = len(c.forward)
+
+    def micro(k: int) -> int:
+        return (k // (k_dev * v)) * k_dev + k % k_dev
+
+    orders: list[list[Key]] = [[] for _ in range(k_dev)]
+    total = n * v
+    for r, dev in enumerate(c.devices(p)[:k_dev]):
+        warm = min((k_dev - r - 1) * 2 + (v - 1) * k_dev, total)
+        fwd = [(c.forward[((k // k_dev) % v) * k_dev + r], micro(k)) for k in range(total)]
+        bwd = [(c.backward[s - 1 - ((v - 1 - (k // k_dev) % v) * k_dev + r)], micro(k)) for k in range(total)]
+        order = fwd[:warm]
+        for i in range(total - warm):
+            order += [fwd[warm + i], bwd[i]]
+        orders[dev] = order + bwd[total - warm:]
+    return earliest_starts(p, n, orders)
+
+
+# ---- zb-h1 ----------------------------------------------------------------------------------
+def _split_chain(p: Placement) -> Chain:
+    c = single_chain(p, "zb-h1")
+    if sorted(c.devices(p)) != list(range(p.devices)):
+        raise BaselineError("zb-h1 needs a pipeline with one stage on each device")
+    if not c.backward or len(c.weight) != len(c.backward):
+        raise BaselineError("zb-h1 needs every backward split into B and W (placement zb)")
+    return c
+
+
+def _zb_h1_fits(p: Placement) -> None:
+    _split_chain(p)
+
+
+def _zb_h1(p: Placement, n: int, limit: Limit) -> Starts:
+    c = _split_chain(p)
+    k_dev = p.devices
+    orders: list[list[Key]] = [[] for _ in range(k_dev)]
+    for i, f in enumerate(c.forward):
+        b = c.backward[k_dev - 1 - i]
+        w = c.weight[b]
+        warm = min(k_dev - 1 - i, n)
+        order = [(f, m) for m in range(warm)]
+        held: list[int] = []
+        for j in range(n):
+            if j + warm < n:
+                order.append((f, j + warm))
+            order.append((b, j))
+            held.append(j)
+            if len(held) > i:  # stage i keeps i weight passes back for the cool-down's bubbles
+                order.append((w, held.pop(0)))
+        orders[c.device(p, f)] = order + [(w, j) for j in held]
+    return earliest_starts(p, n, orders)
+
+
+def _few(p: Placement) -> tuple[int, ...]:
+    return (1, 2, 3, 4)
+
+
+REGISTRY: dict[str, Baseline] = {
+    "gpipe": Baseline(_gpipe_fits, _gpipe),
+    "1f1b": Baseline(lambda p: _training_fits(p, "1f1b"), _1f1b, _few),
+    "interleaved": Baseline(_interleaved_fits, _interleaved, lambda p: (p.devices,)),
+    "chimera": Baseline(_chimera_fits, _chimera, lambda p: (math.ceil(p.devices / 2),)),
+    "zb-h1": Baseline(_zb_h1_fits, _zb_h1, _few),
+    "greedy": Baseline(lambda p: None, _greedy, _few),
+}

@@ -1,0 +1,175 @@
+"""`tessel placements`, `show`, `baseline`, `check` and `compare`."""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ..placement import Placement, read_document
+from ..schedule import FORMAT, Schedule, schedule_from_dict
+from .common import (UsageError, add_memory_arg, add_placement_args, fmt, positive_int, print_summary,
+                     print_table, resolve_placement)
+from .outputs import add_output_args, write_outputs
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("placements", help="list the built-in placements",
+                       description="List the built-in placements (use them by name wherever a PLACEMENT goes).")
+    p.set_defaults(func=_placements)
+
+    p = sub.add_parser("show", help="picture and figures of a placement or a schedule file",
+                       description="A placement: one micro-batch as ASCII, load per device, critical path and "
+                                   "lower bound. A schedule file: its ASCII picture and figures.")
+    add_placement_args(p)
+    p.add_argument("--micro-batches", type=positive_int, default=16, metavar="N",
+                   help="micro-batches for the lower bound (default 16)")
+    p.add_argument("--plot", metavar="FILE", help="schedule files only: write a Gantt chart (.png or .svg)")
+    p.set_defaults(func=_show)
+
+    p = sub.add_parser("baseline", help="run a baseline schedule (gpipe, 1f1b, interleaved, chimera, zb-h1, greedy)",
+                       description="Build a baseline schedule for a placement and print its figures.")
+    p.add_argument("name", metavar="NAME", help="gpipe, 1f1b, interleaved, chimera, zb-h1 or greedy")
+    add_placement_args(p)
+    _add_run_args(p)
+    add_output_args(p)
+    p.add_argument("--ascii", action="store_true", help="print the schedule as ASCII")
+    p.set_defaults(func=_baseline)
+
+    p = sub.add_parser("check", help="validate a schedule file against the four rules",
+                       description="Validate a schedule file; exit 1 naming the broken rule, 2 if unreadable.")
+    p.add_argument("schedule", metavar="SCHEDULE", help="a schedule JSON file")
+    p.set_defaults(func=_check)
+
+    p = sub.add_parser("compare", help="table of every applicable method on one placement",
+                       description="Run every method (or --methods) on a placement and compare their figures.")
+    add_placement_args(p)
+    _add_run_args(p)
+    p.add_argument("--methods", metavar="A,B", help="comma list of methods (default: all available)")
+    p.add_argument("--time-limit", type=float, metavar="S", help="seconds per search method")
+    p.add_argument("--plot", metavar="FILE", help="write a bar chart of the comparison (.png or .svg)")
+    p.set_defaults(func=_compare)
+
+
+def _add_run_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--micro-batches", "-n", type=positive_int, required=True, metavar="N", help="micro-batches")
+    add_memory_arg(p)
+
+
+# ---- placements, show ----------------------------------------------------------------------
+def _placements(args: argparse.Namespace) -> int:
+    from ..library import PLACEMENTS
+    print_table(("name", "description"), [(k, d) for k, (_, d) in PLACEMENTS.items()])
+    return 0
+
+
+def _schedule_document(ref: str) -> dict[str, Any] | None:
+    """The parsed file when `ref` is a schedule file, else None (a placement name or file)."""
+    if not (Path(ref).is_file() and ref.endswith(".json")):
+        return None
+    doc = read_document(ref)
+    return doc if isinstance(doc, dict) and doc.get("format") == FORMAT else None
+
+
+def _show(args: argparse.Namespace) -> int:
+    doc = _schedule_document(args.placement)
+    if doc is not None:
+        s = schedule_from_dict(doc, args.placement)
+        print(s.ascii(), end="")
+        for e in s.errors():
+            print(f"invalid: {e}")
+        print_summary(s)
+        write_outputs(s, argparse.Namespace(plot=args.plot))
+        return 0
+    if args.plot:
+        raise UsageError("--plot draws a schedule; give a schedule file (or use `tessel baseline ... --plot`)")
+    _show_placement(resolve_placement(args), args.micro_batches)
+    return 0
+
+
+def _show_placement(p: Placement, n: int) -> None:
+    from .. import bounds
+    from ..render import render_placement
+    print(f"placement {p.name}: {p.devices} devices, {len(p.blocks)} blocks, {len(p.edges)} edges"
+          + (f", latency {fmt(p.latency)}" if p.latency else ""))
+    for w in p.warnings:
+        print(f"warning: {w}")
+    print(render_placement(p), end="")
+    rows = []
+    for d in range(p.devices):
+        on = p.blocks_on(d)
+        rows.append((d, len(on), p.loads[d], sum(b.memory for b in on if b.memory > 0)))
+    print_table(("device", "blocks", "load", "memory per micro-batch"), rows)
+    print(f"critical path: {fmt(bounds.paths(p).critical_path)}")
+    print(f"period lower bound (busiest device's load): {fmt(bounds.period_lower_bound(p))}")
+    print(f"lower bound for {n} micro-batches: {fmt(bounds.lower_bound(p, n))}")
+
+
+# ---- baseline, check -------------------------------------------------------------------------
+def _baseline(args: argparse.Namespace) -> int:
+    from ..baselines import BASELINES
+    if args.name not in BASELINES:
+        raise UsageError(f"unknown baseline {args.name!r}; known: {', '.join(BASELINES)}")
+    s = BASELINES[args.name](resolve_placement(args), args.micro_batches, args.memory)
+    if args.ascii:
+        print(s.ascii(), end="")
+    print_summary(s)
+    write_outputs(s, args)
+    return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    s = Schedule.load(args.schedule)
+    errors = s.errors()
+    if errors:
+        print(f"tessel: {args.schedule} is invalid:", file=sys.stderr)
+        for e in errors:
+            print(f"  {e}", file=sys.stderr)
+        return 1
+    print(f"valid: {args.schedule}")
+    print_summary(s)
+    return 0
+
+
+# ---- compare ---------------------------------------------------------------------------------
+def _compare(args: argparse.Namespace) -> int:
+    from ..methods import available_methods
+    known = available_methods()
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()] if args.methods else known
+    unknown = [m for m in methods if m not in known]
+    if unknown:
+        raise UsageError(f"unknown method(s) {', '.join(unknown)}; known: {', '.join(known)}")
+    placement = resolve_placement(args)
+    opts = {"time_limit": args.time_limit} if args.time_limit is not None else {}
+    rows = [_compare_row(m, placement, args.micro_batches, args.memory, opts) for m in methods]
+    print_table(("method", "makespan", "lower bound", "ratio", "bubble", "peak memory", "seconds", "note"),
+                [(r["method"], r["makespan"], r["lower_bound"], r["ratio"], r["bubble"],
+                  max(r["peak_memory"]) if r["peak_memory"] else None, r["seconds"], r["error"] or "")
+                 for r in rows],
+                title=f"{placement.name}, {args.micro_batches} micro-batches"
+                      + (f", memory {fmt(args.memory)}" if args.memory is not None else ""))
+    if args.plot:
+        from ..viz.compare import plot_comparison
+        plot_comparison(rows, args.plot, title=f"{placement.name}, N={args.micro_batches}")
+        print(f"wrote {args.plot}")
+    return 0
+
+
+def _compare_row(method: str, p: Placement, n: int, memory: Any, opts: dict[str, Any]) -> dict[str, Any]:
+    """One method's figures; `error` says why it gave none (does not apply, over the limit, ...)."""
+    from ..methods import run_method, why_not_method
+    row: dict[str, Any] = {"method": method, "makespan": None, "lower_bound": None, "ratio": None,
+                           "bubble": None, "peak_memory": None, "seconds": None, "error": why_not_method(method, p)}
+    if row["error"]:
+        return row
+    t0 = time.perf_counter()
+    try:
+        s = run_method(method, p, n, memory, **opts)
+    except ValueError as e:  # does not fit, over the limit, no schedule found
+        row["error"] = str(e)
+        return row
+    f = s.figures()
+    row.update(makespan=f["makespan"], lower_bound=f["lower_bound"], ratio=f["ratio"], bubble=f["bubble"],
+               peak_memory=f["peak_memory"], seconds=round(time.perf_counter() - t0, 3))
+    return row

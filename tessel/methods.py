@@ -1,0 +1,66 @@
+"""One registry of every scheduling method: the baselines and the search modes.
+
+`run_method(name, placement, micro_batches, memory_limit, **opts)` returns a validated Schedule.
+Baselines ignore the search options (time_limit, workers, progress). The search modes come from
+`tessel.search`, imported only when one runs; where it cannot be imported they are absent from
+`available_methods()`.
+"""
+from __future__ import annotations
+
+import importlib
+import logging
+from typing import Any, Callable
+
+from .baselines import BASELINES, BaselineError, why_not
+from .placement import Placement
+from .schedule import Schedule
+
+log = logging.getLogger(__name__)
+Method = Callable[..., Schedule]
+SEARCH_MODES = ("tessel", "fast", "exact")
+
+
+def _baseline(name: str) -> Method:
+    def run(placement: Placement, micro_batches: int, memory_limit: Any = None, **opts: Any) -> Schedule:
+        return BASELINES[name](placement, micro_batches, memory_limit)
+    return run
+
+
+def _search(mode: str) -> Method:
+    def run(placement: Placement, micro_batches: int, memory_limit: Any = None, **opts: Any) -> Schedule:
+        from .search import search
+        return search(placement, micro_batches, memory=memory_limit, mode=mode, **opts)
+    return run
+
+
+METHODS: dict[str, Method] = {**{m: _search(m) for m in SEARCH_MODES},
+                              **{b: _baseline(b) for b in BASELINES}}
+
+
+def search_available() -> bool:
+    try:
+        module = importlib.import_module(".search", __package__)
+    except ImportError as e:
+        log.info("search modes unavailable: %s", e)
+        return False
+    return callable(getattr(module, "search", None))
+
+
+def available_methods() -> list[str]:
+    """Every method that can run here: the search modes first (when importable), then baselines."""
+    have_search = search_available()
+    return [m for m in METHODS if m not in SEARCH_MODES or have_search]
+
+
+def why_not_method(name: str, placement: Placement) -> str | None:
+    """Why a method does not apply to the placement (the search modes apply to any), else None."""
+    if name not in METHODS:
+        raise BaselineError(f"unknown method {name!r}; known: {', '.join(available_methods())}")
+    return None if name in SEARCH_MODES else why_not(name, placement)
+
+
+def run_method(name: str, placement: Placement, micro_batches: int, memory_limit: Any = None,
+               **opts: Any) -> Schedule:
+    if name not in available_methods():
+        raise BaselineError(f"unknown method {name!r}; known: {', '.join(available_methods())}")
+    return METHODS[name](placement, micro_batches, memory_limit, **opts)

@@ -1,0 +1,200 @@
+"""Baselines: valid on every placement they fit (named and random), closed forms, memory, errors."""
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tessel import library, methods
+from tessel.baselines import BASELINES, BaselineError, applicable, run_baseline, why_not
+from tessel.baselines.engine import memory_need, one_group
+from tessel.placement import Block, Placement, make_placement
+from tessel.schedule import Schedule
+
+FEW = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+MANY = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+APPLIES = {
+    "vshape": {"gpipe", "1f1b", "greedy"},
+    "interleaved": {"gpipe", "1f1b", "interleaved", "greedy"},
+    "xshape": {"gpipe", "1f1b", "chimera", "greedy"},
+    "mshape": {"gpipe", "1f1b", "greedy"},
+    "nnshape": {"gpipe", "1f1b", "greedy"},
+    "kshape": {"gpipe", "1f1b", "greedy"},
+    "alphafold": {"gpipe", "1f1b", "greedy"},
+    "mllm": {"gpipe", "1f1b", "greedy"},
+    "finetune": {"gpipe", "1f1b", "greedy"},
+    "zb": {"gpipe", "1f1b", "zb-h1", "greedy"},
+}
+
+
+def check(s: Schedule, method: str) -> Schedule:
+    """Independent of run_baseline's own validation: the rules hold and the meta says who made it."""
+    assert s.errors() == [] and s.meta["method"] == method and s.meta["search_seconds"] >= 0
+    return s
+
+
+@pytest.mark.parametrize("name", sorted(library.PLACEMENTS))
+def test_every_applicable_baseline_is_valid_on_named_placements(name: str) -> None:
+    for devices in (4, 6):
+        p = library.build(name, devices=devices)
+        assert set(applicable(p)) == APPLIES[name]
+        for method in applicable(p):
+            n = 2 * devices
+            check(BASELINES[method](p, n, None), method)
+    infer = library.build(name, infer=True)
+    assert set(applicable(infer)) == {"gpipe", "greedy"}
+    for method in applicable(infer):
+        check(BASELINES[method](infer, 5, None), method)
+
+
+# ---- closed forms ----------------------------------------------------------------------------
+@FEW
+@given(p=st.integers(1, 6), n=st.integers(1, 20), f=st.integers(1, 3), b=st.integers(1, 4))
+def test_1f1b_and_gpipe_makespan_on_uniform_vshape(p: int, n: int, f: int, b: int) -> None:
+    v = library.vshape(p, forward=f, backward=b)
+    one, gp = check(BASELINES["1f1b"](v, n, None), "1f1b"), check(BASELINES["gpipe"](v, n, None), "gpipe")
+    assert one.makespan == gp.makespan == (n + p - 1) * (f + b)
+    assert gp.peak_memory[0] == n and one.peak_memory[0] == min(n, p)
+    assert one.peak_memory == tuple(min(n, p - d) for d in range(p))
+
+
+@FEW
+@given(p=st.integers(1, 5), v=st.integers(2, 4), groups=st.integers(1, 4), f=st.integers(1, 3), b=st.integers(1, 4))
+def test_interleaved_makespan_is_megatrons(p: int, v: int, groups: int, f: int, b: int) -> None:
+    n = groups * p
+    s = check(BASELINES["interleaved"](library.interleaved(p, v, forward=f, backward=b), n, None), "interleaved")
+    assert s.makespan == n * v * (f + b) + (p - 1) * (f + b)
+
+
+@FEW
+@given(p=st.integers(1, 6), extra=st.integers(0, 12), f=st.integers(1, 3), b=st.integers(1, 4), w=st.integers(1, 3))
+def test_zb_h1_makespan_and_memory(p: int, extra: int, f: int, b: int, w: int) -> None:
+    w = min(w, f, b)  # the published bubble (p-1)(F+B-W) assumes W <= F, B
+    n = p + extra
+    s = check(BASELINES["zb-h1"](library.zb(p, forward=f, backward=b, weight=w), n, None), "zb-h1")
+    assert s.makespan == n * (f + b + w) + (p - 1) * (f + b - w)
+    assert s.peak_memory == (p,) * p  # 1F1B's peak, on every stage
+    assert s.makespan <= BASELINES["1f1b"](library.zb(p, forward=f, backward=b, weight=w), n, None).makespan
+
+
+@pytest.mark.parametrize("devices", [2, 4, 6, 8])
+def test_chimera_keeps_chimeras_memory(devices: int) -> None:
+    s = check(BASELINES["chimera"](library.xshape(devices), 3 * devices, None), "chimera")
+    half = math.ceil(devices / 2)
+    assert all(half + 1 <= m <= devices for m in s.peak_memory)
+    assert s.makespan < BASELINES["gpipe"](library.xshape(devices), 3 * devices, None).makespan * 2
+
+
+def test_1f1b_plus_runs_sharded_blocks_on_all_devices_at_once() -> None:
+    s = check(BASELINES["1f1b"](library.mshape(4), 16, None), "1f1b")
+    assert s.peak_memory == (4, 3, 2, 1)
+    assert s.lower_bound <= s.makespan < BASELINES["1f1b"](library.mshape(4), 16, None).lower_bound * 1.5
+
+
+# ---- repetends ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("method,placement,n,later", [
+    ("1f1b", library.vshape(4), 16, 23), ("zb-h1", library.zb(4), 12, 30),
+    ("interleaved", library.interleaved(4, 2), 16, 40), ("chimera", library.xshape(4), 40, 46),
+    ("1f1b", library.kshape(4), 30, 45),
+])
+def test_repetend_unrolls_to_the_directly_built_schedule(method: str, placement: Placement, n: int,
+                                                         later: int) -> None:
+    s = BASELINES[method](placement, n, None)
+    assert s.repetend is not None
+    direct = BASELINES[method](placement, later, None)
+    assert s.unroll(later).start == direct.start
+
+
+# ---- random DAG placements -----------------------------------------------------------------
+@st.composite
+def dags(draw: st.DrawFn) -> Placement:
+    devices = draw(st.integers(1, 4))
+    n = draw(st.integers(1, 7))
+    blocks = []
+    for i in range(n):
+        devs = draw(st.sets(st.integers(0, devices - 1), min_size=1, max_size=devices))
+        duration = draw(st.one_of(st.integers(1, 4), st.floats(0.25, 3.0, allow_nan=False)))
+        kind = draw(st.sampled_from(["forward", "forward", "backward", "weight", "other"]))
+        blocks.append(Block(f"x{i}", kind, duration, draw(st.integers(-2, 3)), tuple(sorted(devs))))
+    edges = [(f"x{i}", f"x{j}") for i in range(n) for j in range(i + 1, n) if draw(st.integers(0, 3)) == 0]
+    latency = draw(st.sampled_from([0, 0, 1, 0.5]))
+    return make_placement("random", devices, blocks, edges, latency)
+
+
+@MANY
+@given(p=dags(), n=st.integers(1, 6))
+def test_every_fitting_baseline_is_valid_on_random_dags(p: Placement, n: int) -> None:
+    assert "greedy" in applicable(p)
+    for method in applicable(p):
+        if method == "interleaved" and n % p.devices:
+            continue
+        check(BASELINES[method](p, n, None), method)
+
+
+@MANY
+@given(p=dags(), n=st.integers(1, 6), slack=st.integers(0, 3))
+def test_greedy_meets_every_feasible_memory_limit(p: Placement, n: int, slack: int) -> None:
+    need = memory_need(p, n, one_group(p))
+    limit = [max([0] + [v for (d, _), v in need.items() if d == dev]) + slack for dev in range(p.devices)]
+    s = check(BASELINES["greedy"](p, n, limit), "greedy")
+    assert all(peak <= lim for peak, lim in zip(s.peak_memory, limit))
+    tight = [k for k, v in need.items() if v > 0]
+    if tight:
+        d = tight[0][0]
+        lower = list(limit)
+        lower[d] = need[tight[0]] - 1
+        with pytest.raises(BaselineError, match=f"greedy: device {d} needs memory"):
+            BASELINES["greedy"](p, n, lower)
+
+
+def test_greedy_under_a_tight_limit_runs_one_micro_batch_at_a_time() -> None:
+    s = check(BASELINES["greedy"](library.vshape(4), 6, 1), "greedy")
+    assert s.peak_memory == (1, 1, 1, 1) and s.makespan == 6 * 16
+
+
+# ---- refusals ----------------------------------------------------------------------------------
+def test_baselines_that_do_not_fit_say_why() -> None:
+    v = library.vshape(4)
+    assert "chunks per device" in why_not("interleaved", v)
+    assert "two opposite pipelines" in why_not("chimera", v)
+    assert "split into B and W" in why_not("zb-h1", v)
+    assert "no backward blocks" in why_not("1f1b", library.vshape(4).inference())
+    with pytest.raises(BaselineError, match="block fA0 runs on several devices"):
+        BASELINES["interleaved"](library.mshape(4), 8, None)
+    with pytest.raises(BaselineError, match="multiple of the 4 devices, got 6"):
+        BASELINES["interleaved"](library.interleaved(4, 2), 6, None)
+    with pytest.raises(BaselineError, match="unknown baseline 'pipedream'"):
+        run_baseline("pipedream", v, 4)
+
+
+def test_backward_feeding_a_forward_fits_greedy_only() -> None:
+    p = make_placement("loop", 2, [Block("f", "forward", 1, 1, (0,)), Block("b", "backward", 1, -1, (0,)),
+                                   Block("g", "forward", 1, 0, (1,))], [("f", "b"), ("b", "g")])
+    assert applicable(p) == ["greedy"]
+    assert "edge b -> g feeds a backward block into a forward one" in why_not("gpipe", p)
+
+
+def test_a_limit_a_baseline_cannot_meet_names_device_and_need() -> None:
+    with pytest.raises(BaselineError, match="1f1b needs memory 4 on device 0, over its limit 3"):
+        BASELINES["1f1b"](library.vshape(4), 16, 3)
+    with pytest.raises(BaselineError, match="gpipe needs memory 16 on device 0, over its limit 3"):
+        BASELINES["gpipe"](library.vshape(4), 16, [3, 20, 20, 20])
+    s = BASELINES["1f1b"](library.vshape(4), 16, [4, 3, 2, 1])
+    assert s.memory_limit == (4, 3, 2, 1) and s.errors() == []
+
+
+# ---- the method registry -----------------------------------------------------------------------
+def test_methods_registry_runs_baselines_and_lists_search_when_importable() -> None:
+    names = methods.available_methods()
+    assert set(BASELINES) <= set(names)
+    assert set(methods.SEARCH_MODES) <= set(names) if methods.search_available() else \
+        not set(methods.SEARCH_MODES) & set(names)
+    s = methods.run_method("1f1b", library.vshape(4), 8, None, time_limit=5)
+    assert s.makespan == 44 and s.meta["method"] == "1f1b"
+    assert methods.why_not_method("chimera", library.vshape(4)) is not None
+    assert methods.why_not_method("greedy", library.vshape(4)) is None
+    with pytest.raises(ValueError, match="unknown method 'nope'"):
+        methods.run_method("nope", library.vshape(4), 8)
