@@ -1,0 +1,14 @@
+"""Runtime: execute a schedule on a PyTorch model with torch.distributed.
+
+Torch-free, imported here: `dataflow` (which tensor moves where) and `program` (lowering a
+schedule into per-rank programs, and the check that they cannot deadlock). With torch, import
+from their modules: `comm` (process set-up, abort on failure), `executor` (runs one rank's
+program), `launch` (local launcher), `tp` (tensor-parallel layers), `models` (example models bound
+to placements), `train` (training jobs, checked against one process) and `pipelining` (export to
+torch.distributed.pipelining's action CSV).
+"""
+from .dataflow import Dataflow, dataflow
+from .program import Instruction, Programs, Transfer, check_programs, lower, lower_orders
+
+__all__ = ["Dataflow", "Instruction", "Programs", "Transfer", "check_programs", "dataflow", "lower",
+           "lower_orders"]

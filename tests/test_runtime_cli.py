@@ -1,0 +1,88 @@
+"""`tessel run`: launches, trains, checks against one process; under torchrun each process is a rank."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tessel import library
+from tessel.cli import main
+from tessel.cli.runtime import _verdict
+from tessel.methods import run_method
+from tessel.runtime.train import RankReport, StepReport
+
+
+def test_run_with_check(capsys: pytest.CaptureFixture) -> None:
+    rc = main(["run", "--model", "kshape", "--schedule", "tessel", "--micro-batches", "4", "--steps", "2",
+               "--check"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    lines = out.splitlines()
+    assert lines[0] == "kshape on kshape-4 with tessel: 4 micro-batches of 2, 4 processes"
+    assert lines[1].split() == ["step", "loss", "seconds", "reference", "loss", "max", "grad", "diff"]
+    assert [line.split()[0] for line in lines[2:4]] == ["1", "2"]
+    assert lines[2].split()[1] == lines[2].split()[3]  # loss == reference loss, 6 decimals
+    assert out.rstrip().splitlines()[-1].startswith("check: loss and ")
+
+
+def test_run_a_schedule_file(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    path = tmp_path / "s.json"
+    run_method("gpipe", library.build("vshape", 4), 4).save(path)
+    assert main(["run", "--model", "mlp", "--schedule", str(path), "--steps", "1"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("mlp on vshape-4 with gpipe: 4 micro-batches of 2, 4 processes")
+    assert "most forward graphs alive per rank: 4,4,4,4" in out  # GPipe keeps every micro-batch
+    assert main(["run", "--model", "mlp", "--schedule", str(path), "--placement", "vshape"]) == 2
+    assert "do not give --placement too" in capsys.readouterr().err
+
+
+def test_programs_are_printed_without_running(capsys: pytest.CaptureFixture) -> None:
+    assert main(["run", "--model", "gpt", "--placement", "mshape", "--micro-batches", "2", "--programs"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("programs of mshape-4: 2 micro-batches, 4 ranks")
+    assert "forward fA0#0" in out and "send grad fA0->f0#0 to 1" in out
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--model", "gpt", "--placement", "kshape"], "model gpt needs a chain of forward blocks"),
+    (["--model", "mlp", "--schedule", "nonsense"], "unknown method 'nonsense'"),
+    (["--model", "mlp", "--placement", "vshape", "--devices", "3", "--schedule", "interleaved"],
+     "interleaved"),
+])
+def test_bad_input_is_one_line_and_exit_2(argv: list[str], message: str, capsys: pytest.CaptureFixture) -> None:
+    assert main(["run", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("tessel: error: ") and message in err and err.count("\n") == 1, err
+
+
+def test_model_names_without_torch_match_the_models() -> None:
+    from tessel.cli.runtime import MODEL_NAMES
+    from tessel.runtime.models import MODELS
+    assert MODEL_NAMES == tuple(MODELS)
+
+
+def test_verdict_fails_on_a_mismatch(capsys: pytest.CaptureFixture) -> None:
+    good = StepReport({"f1": 2.0}, 0.1, 1, {"f1": 2.0}, 1e-7, 3)
+    bad = StepReport({}, 0.1, 1, {"f1": 2.0}, 3e-4, 3)
+    assert _verdict([RankReport(0, ("f0",), (good,))]) == 0
+    assert _verdict([RankReport(0, ("f0",), (good,)), RankReport(1, ("f1",), (bad,))]) == 1
+    assert "check FAILED: max diff 0 in the loss, 0.0003 in a gradient" in capsys.readouterr().err
+
+
+def test_under_torchrun() -> None:
+    torchrun = Path(sys.executable).with_name("torchrun")
+    cmd = [str(torchrun), "--standalone", "--nproc-per-node", "2", "-m", "tessel", "run", "--model", "mlp",
+           "--placement", "vshape", "--devices", "2", "--micro-batches", "2", "--steps", "1", "--check"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.count("check: loss and 14 parameter gradients per step match") == 1  # rank 0 prints
+
+
+def test_a_failed_run_exits_1(capsys: pytest.CaptureFixture) -> None:
+    assert main(["run", "--model", "mlp", "--schedule", "gpipe", "--timeout", "0.5"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("tessel: run failed: the job ran past its timeout of 0.5 s"), err

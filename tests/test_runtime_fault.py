@@ -1,0 +1,102 @@
+"""Faults stop every rank quickly with a message naming rank, instruction, block and micro-batch."""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+import torch
+
+from tessel import library
+from tessel.methods import run_method
+from tessel.runtime.comm import make_groups
+from tessel.runtime.executor import Executor
+from tessel.runtime.launch import GRACE_SECONDS, LaunchError, Options, launch
+from tessel.runtime.models import example
+from tessel.runtime.program import lower
+from tessel.schedule import schedule_from_dict
+
+FAST = Options(timeout=60, pg_timeout=20)
+
+
+class Failing(torch.nn.Module):
+    """Runs the block, but raises on the micro-batch `at` (call 0 is the shape pass)."""
+
+    def __init__(self, inner: torch.nn.Module, at: int) -> None:
+        super().__init__()
+        self.inner, self.at, self.calls = inner, at, 0
+
+    def forward(self, *args: Any) -> Any:
+        self.calls += 1
+        if self.calls == self.at + 2:
+            raise RuntimeError("deliberate failure")
+        return self.inner(*args)
+
+
+def _train_once(ctx: Any, model: str, doc: dict, fail: tuple[str, int, int] | None, bad_field: str | None) -> str:
+    s = schedule_from_dict(doc)
+    ex = example(model, s.placement)
+    make_groups(ctx, [b.devices for b in s.placement.blocks])
+    blocks = {b: ex.build(b, ctx.group(ex.flow.devices(b)) if len(ex.flow.devices(b)) > 1 else None)
+              for b in ex.flow.forwards if ctx.rank in ex.flow.devices(b)}
+    if fail is not None and ctx.rank == fail[2]:
+        blocks[fail[0]] = Failing(blocks[fail[0]], fail[1])
+    batch = ex.batch(2 * s.micro_batches)
+    if bad_field is not None:
+        batch[bad_field] = batch[bad_field][:, :-1]  # one feature short
+    Executor(lower(s), ctx, blocks, ex.feeds).run(batch)
+    return "finished"
+
+
+def _sleeper(ctx: Any, seconds: float, recv_from: int | None) -> str:
+    """Every rank sleeps, except rank 0 when it waits for a message `recv_from` never sends."""
+    if recv_from is not None and ctx.rank == 0:
+        torch.distributed.recv(torch.zeros(1), recv_from)
+    else:
+        time.sleep(seconds)
+    return "finished"
+
+
+def _failure(fn: Any, args: tuple, options: Options) -> tuple[str, float]:
+    t0 = time.monotonic()
+    with pytest.raises(LaunchError) as e:
+        launch(fn, 4, args, options)
+    return str(e.value), time.monotonic() - t0
+
+
+def test_failing_tensor_parallel_block_stops_every_rank() -> None:
+    """Rank 1 fails inside the head, which runs on all ranks: the others sit in its collective."""
+    s = run_method("1f1b", library.build("mllm", 4), 4)
+    msg, seconds = _failure(_train_once, ("gpt", s.to_dict(), ("fA1", 1, 1), None), FAST)
+    lines = msg.splitlines()
+    assert lines[0].startswith("rank 1: instruction ") and lines[0].endswith(
+        "(forward fA1#1) failed: RuntimeError: deliberate failure"), lines[0]
+    for r in (0, 2, 3):
+        assert any(line.strip().startswith(f"rank {r} stopped at instruction ") and "rank 1 failed" in line
+                   for line in lines), msg
+    assert seconds < FAST.pg_timeout, seconds  # stopped by the abort note, not by a timeout
+
+
+def test_bad_input_shape_names_the_first_block() -> None:
+    s = run_method("gpipe", library.build("vshape", 4), 4)
+    msg, seconds = _failure(_train_once, ("mlp", s.to_dict(), None, "x"), FAST)
+    first = msg.splitlines()[0]
+    assert first.startswith("rank 0: shape pass, instruction 0 (forward f0#0) failed: RuntimeError:"), first
+    assert "shapes cannot be multiplied" in first
+    assert all(f"rank {r} stopped at shape pass" in msg for r in (1, 2, 3)), msg
+    assert seconds < FAST.pg_timeout
+
+
+def test_a_missing_message_times_out() -> None:
+    """Rank 0 waits for a message rank 2 never sends: the process-group timeout ends the wait."""
+    msg, seconds = _failure(_sleeper, (30.0, 2), Options(timeout=60, pg_timeout=2))
+    assert msg.startswith("rank 0:") and "imed out" in msg.splitlines()[0], msg
+    assert all(f"rank {r} stopped at start-up: rank 0 failed" in msg for r in (1, 2, 3)), msg
+    assert seconds < 2 + GRACE_SECONDS + 5, seconds
+
+
+def test_the_job_timeout_stops_a_hung_job() -> None:
+    msg, seconds = _failure(_sleeper, (60.0, None), Options(timeout=3, pg_timeout=50))
+    assert msg.startswith("the job ran past its timeout of 3 s"), msg
+    assert all(f"rank {r} stopped at start-up: the launcher stopped the job" in msg for r in range(4)), msg
+    assert seconds < 3 + GRACE_SECONDS + 2, seconds
