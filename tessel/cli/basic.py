@@ -11,7 +11,7 @@ from ..placement import Placement, read_document
 from ..schedule import FORMAT, Schedule, schedule_from_dict
 from .common import (UsageError, add_memory_arg, add_placement_args, fmt, positive_int, print_summary,
                      print_table, resolve_placement)
-from .outputs import add_output_args, write_outputs
+from .outputs import add_output_args, picture_path, write_outputs
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -25,7 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_placement_args(p)
     p.add_argument("--micro-batches", type=positive_int, default=16, metavar="N",
                    help="micro-batches for the lower bound (default 16)")
-    p.add_argument("--plot", metavar="FILE", help="schedule files only: write a Gantt chart (.png or .svg)")
+    p.add_argument("--plot", metavar="FILE", type=picture_path, help="schedule files only: write a Gantt chart (.png or .svg)")
     p.set_defaults(func=_show)
 
     p = sub.add_parser("baseline", help="run a baseline schedule (gpipe, 1f1b, interleaved, chimera, zb-h1, greedy)",
@@ -48,7 +48,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     _add_run_args(p)
     p.add_argument("--methods", metavar="A,B", help="comma list of methods (default: all available)")
     p.add_argument("--time-limit", type=float, metavar="S", help="seconds per search method")
-    p.add_argument("--plot", metavar="FILE", help="write a bar chart of the comparison (.png or .svg)")
+    p.add_argument("--plot", metavar="FILE", type=picture_path, help="write a bar chart of the comparison (.png or .svg)")
     p.set_defaults(func=_compare)
 
 

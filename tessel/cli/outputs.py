@@ -2,13 +2,24 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from ..schedule import Schedule
 
 
+PICTURE_SUFFIXES = (".png", ".svg")
+
+
+def picture_path(text: str) -> str:
+    """Checked when arguments are parsed, so a bad name fails before a long search, not after."""
+    if Path(text).suffix.lower() not in PICTURE_SUFFIXES:
+        raise argparse.ArgumentTypeError(f"{text}: a picture must end in .png or .svg")
+    return text
+
+
 def add_output_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", metavar="FILE", help="write the schedule JSON here")
-    p.add_argument("--plot", metavar="FILE", help="write a Gantt chart (.png or .svg)")
+    p.add_argument("--plot", metavar="FILE", type=picture_path, help="write a Gantt chart (.png or .svg)")
     p.add_argument("--trace", metavar="FILE", help="write a Chrome/Perfetto trace (.json)")
 
 

@@ -1,0 +1,33 @@
+"""Figures without pyplot: each chart owns its Figure, no global state, files written atomically."""
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.backends.backend_svg import FigureCanvasSVG
+from matplotlib.figure import Figure
+
+from ..placement import atomic_write
+
+CANVAS = {".png": FigureCanvasAgg, ".svg": FigureCanvasSVG}
+KIND_COLORS = {"forward": "#4C78A8", "backward": "#F58518", "weight": "#54A24B", "other": "#B279A2"}
+
+
+def image_format(path: str | Path) -> str:
+    """`.png` or `.svg` from the file name; anything else is a usage error naming the file."""
+    suffix = Path(path).suffix.lower()
+    if suffix not in CANVAS:
+        raise ValueError(f"{path}: a picture must end in .png or .svg, not {suffix or '(no suffix)'!r}")
+    return suffix
+
+
+def save_figure(fig: Figure, path: str | Path, dpi: float = 110) -> Path:
+    """Render with the canvas of the file's format (Agg for PNG) and write the bytes atomically."""
+    suffix = image_format(path)
+    CANVAS[suffix](fig)
+    buf = io.BytesIO()
+    fig.savefig(buf, format=suffix[1:], dpi=dpi)
+    fig.clear()
+    atomic_write(path, buf.getvalue())
+    return Path(path)
