@@ -1,0 +1,133 @@
+"""`tessel profile` (a real model's blocks -> placement JSON) and `tessel simulate` (replay a
+schedule's orders with other costs: noise, latency, profiled durations; robustness)."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..schedule import Schedule
+from .common import UsageError, fmt, positive_int, print_summary, print_table
+from .outputs import add_output_args, write_outputs
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    _register_profile(sub)
+    _register_simulate(sub)
+
+
+# ---- profile -------------------------------------------------------------------------------------
+def _register_profile(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("profile", help="measure a model's blocks into a placement (ms, MiB)",
+                       description="Measure forward/backward time, activation memory and message sizes of "
+                                   "an example model's blocks on this machine; write a placement JSON.")
+    p.add_argument("--model", required=True, choices=("gpt", "kshape", "mlp"), help="example model")
+    p.add_argument("--placement", metavar="NAME", help="built-in placement to bind it to "
+                   "(default: the model's own: gpt->mllm, kshape->kshape, mlp->vshape)")
+    p.add_argument("--devices", type=positive_int, default=4, help="device count (default 4)")
+    p.add_argument("--micro-batch-size", type=positive_int, default=8, help="samples per micro-batch (default 8)")
+    g = p.add_argument_group("model size")
+    for name, default in (("dim", 128), ("ffn", 512), ("seq", 32), ("vocab", 512), ("layers", 2)):
+        g.add_argument(f"--{name}", type=positive_int, default=default, help=f"default {default}")
+    p.add_argument("--repeats", type=positive_int, default=10, help="timed runs per block (median; default 10)")
+    p.add_argument("--warmup", type=int, default=3, help="untimed runs first (default 3)")
+    p.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
+    p.add_argument("--threads", type=positive_int, default=1, help="torch threads (default 1, as one rank)")
+    p.add_argument("--bandwidth", type=float, metavar="BYTES_PER_S",
+                   help="link bandwidth for the latency of cross-device edges (default: latency 0)")
+    p.add_argument("--alpha", type=float, default=0.0, metavar="SECONDS", help="per-message start-up time")
+    p.add_argument("-o", "--output", metavar="FILE", required=True, help="write the placement JSON here")
+    p.set_defaults(func=_profile)
+
+
+def _profile(args: argparse.Namespace) -> int:
+    import torch
+
+    from .. import library
+    from ..profiler import profile
+    from ..runtime.models import MODELS, Config, example
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        raise UsageError("--device cuda: CUDA is not available on this machine")
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    placement = library.build(args.placement or MODELS[args.model].placement, devices=args.devices)
+    cfg = Config(dim=args.dim, ffn=args.ffn, seq=args.seq, vocab=args.vocab, layers=args.layers)
+    ex = example(args.model, placement, cfg)
+    batch = ex.batch(args.micro_batch_size)
+    inputs = {b: [batch[f] for f in ex.feeds[b]] for b in ex.flow.forwards}
+    modules = {b: ex.whole(b) for b in ex.flow.forwards}
+    prof = profile(placement, modules, inputs, device=args.device, warmup=args.warmup, repeats=args.repeats,
+                   bandwidth=args.bandwidth, alpha=args.alpha)
+    heads, rows = prof.table()
+    print_table(heads, rows, title=f"{args.model} on {placement.name} ({prof.device}, median of {args.repeats})")
+    print(f"latency: {fmt(prof.placement.latency)} ms")
+    prof.placement.save(args.output)
+    print(f"wrote {args.output}")
+    return 0
+
+
+# ---- simulate ------------------------------------------------------------------------------------
+def _register_simulate(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("simulate", help="replay a schedule's orders with noisy, profiled or communicating costs",
+                       description="Replay each device's task order of SCHEDULE with other durations and "
+                                   "latency; print the new figures, or with --trials the makespan "
+                                   "distribution (against --against schedules under the same draws).")
+    p.add_argument("schedule", metavar="SCHEDULE", help="schedule JSON")
+    p.add_argument("--noise", type=float, default=0.0, help="relative log-normal spread of durations (e.g. 0.1)")
+    p.add_argument("--scope", choices=("block", "task"), default=None,
+                   help="one draw per block (cost error) or per task (jitter); default block, "
+                        "task with --trials")
+    p.add_argument("--latency", type=float, help="cross-device edge latency to use instead of the placement's")
+    p.add_argument("--durations", metavar="PLACEMENT", help="placement JSON whose block durations to use "
+                   "(e.g. from `tessel profile`)")
+    p.add_argument("--cores", type=float, metavar="C", help="the devices are processes sharing C CPU cores "
+                   "(e.g. CPU ranks on one host): durations stretch while more than C compute")
+    p.add_argument("--seed", type=int, default=0, help="noise seed (default 0)")
+    p.add_argument("--trials", type=positive_int, default=1, help="replays under independent draws (default 1)")
+    p.add_argument("--against", nargs="+", metavar="SCHEDULE", default=[],
+                   help="other schedules of the same placement to compare under the same draws")
+    add_output_args(p)
+    p.set_defaults(func=_simulate)
+
+
+def _load(path: str) -> Schedule:
+    return Schedule.load(path, check=True)
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    from ..placement import load_placement
+    from ..simulate import robustness, simulate
+    if args.noise < 0:
+        raise UsageError(f"--noise must be >= 0, got {args.noise:g}")
+    if args.latency is not None and args.latency < 0:
+        raise UsageError(f"--latency must be >= 0, got {args.latency:g}")
+    if args.cores is not None and not args.cores > 0:
+        raise UsageError(f"--cores must be > 0, got {args.cores:g}")
+    s = _load(args.schedule)
+    durations = load_placement(args.durations) if args.durations else None
+    if args.trials > 1 or args.against:
+        if durations is not None:
+            raise UsageError("--durations applies to a single replay, not to --trials/--against")
+        if any(getattr(args, k, None) for k in ("output", "plot", "trace", "cores")):
+            raise UsageError("-o/--plot/--trace/--cores apply to one replay; drop --trials/--against")
+        named = {_name(args.schedule, s, {}): s}
+        for path in args.against:
+            other = _load(path)
+            named[_name(path, other, named)] = other
+        r = robustness(named, args.noise, args.trials, args.seed, args.scope or "task", latency=args.latency)
+        heads, rows = r.table()
+        print_table(heads, rows, title=f"makespan under noise {args.noise:g} ({r.scope} draws), "
+                                       f"{r.trials} trials, seed {r.seed}")
+        return 0
+    out = simulate(s, durations=durations, noise=args.noise, scope=args.scope or "block", seed=args.seed,
+                   latency=args.latency, cores=args.cores)
+    print_summary(out)
+    change = out.makespan / s.makespan - 1
+    print(f"{'nominal':>14}: {fmt(s.makespan)} ({change:+.2%})")
+    write_outputs(out, args)
+    return 0
+
+
+def _name(path: str, s: Schedule, taken: dict) -> str:
+    """The method that made the schedule, or its file name when that is missing or taken."""
+    method = s.meta.get("method")
+    return method if isinstance(method, str) and method not in taken else Path(path).name

@@ -1,0 +1,296 @@
+"""Profiler: measure the blocks of a real PyTorch model into a placement in real units.
+
+Given a placement and one `nn.Module` per forward block, run the blocks of one micro-batch in
+dependency order and measure, per block:
+
+- forward and backward time: the median of `repeats` runs after `warmup` runs, on CPU or CUDA
+  (synchronised around each run). The backward is timed alone, from a fresh forward, with an
+  output gradient of the output's shape; where the placement splits a backward into an
+  input-gradient block B and a weight-gradient block W, B is the input-gradient pass and W the
+  rest of the full backward;
+- activation memory: the bytes autograd saves for the backward, counted by
+  `torch.autograd.graph.saved_tensors_hooks` over distinct storages, parameters excluded (they
+  are not per micro-batch);
+- the size of the tensors each block passes on (its output; the gradient back is as large).
+
+The placement written keeps the input's blocks, devices and edges, with durations in
+milliseconds and memory in MiB: a forward allocates its activation and the backward that ends
+its autograd graph (W when split) releases it, so every device returns to 0. The latency is the
+largest message crossing between different device sets divided by the `bandwidth` given, plus
+the per-message `alpha`. A block on several devices is timed whole on one device and its time
+divided by its device count (ideal tensor parallelism) unless its module is already one shard
+(`sharded_modules=True`). The modules are moved to the device and their parameters' `.grad`
+hold what the timed backward passes accumulated: profile copies when that matters.
+"""
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Mapping, Sequence
+
+import torch
+from torch import Tensor, nn
+
+from .placement import Placement, PlacementError, make_placement
+
+log = logging.getLogger(__name__)
+MIB = 1024 ** 2
+
+
+@dataclass(frozen=True)
+class BlockProfile:
+    """Measurements of one forward block (times in ms, sizes in bytes)."""
+    block: str
+    forward_ms: float
+    backward_ms: float
+    input_grad_ms: float
+    activation_bytes: int
+    output_bytes: int
+
+
+@dataclass(frozen=True)
+class Profile:
+    """The measurements and the placement built from them."""
+    placement: Placement
+    blocks: tuple[BlockProfile, ...]
+    device: str
+    repeats: int
+    bandwidth: float | None
+
+    def table(self) -> tuple[list[str], list[list[object]]]:
+        heads = ["block", "forward ms", "backward ms", "input-grad ms", "activation MiB", "output MiB"]
+        rows = [[b.block, round(b.forward_ms, 3), round(b.backward_ms, 3), round(b.input_grad_ms, 3),
+                 round(b.activation_bytes / MIB, 3), round(b.output_bytes / MIB, 3)] for b in self.blocks]
+        return heads, rows
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _median_ms(run: Callable[[], Any], prepare: Callable[[], Any], device: torch.device,
+               warmup: int, repeats: int) -> float:
+    """Median wall time of `run(prepare())` in ms; `prepare` is not timed."""
+    times = []
+    for i in range(warmup + repeats):
+        state = prepare()
+        _sync(device)
+        t0 = time.perf_counter()
+        run(state)
+        _sync(device)
+        if i >= warmup:
+            times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def _tensors(x: Any) -> list[Tensor]:
+    if isinstance(x, Tensor):
+        return [x]
+    if isinstance(x, (tuple, list)):
+        return [t for y in x for t in _tensors(y)]
+    if isinstance(x, Mapping):
+        return [t for y in x.values() for t in _tensors(y)]
+    return []
+
+
+def _as_args(x: Any) -> tuple:
+    return tuple(x) if isinstance(x, (tuple, list)) else (x,)
+
+
+def _detached(args: Sequence[Any], grad: bool) -> tuple:
+    """Fresh leaves for one block's inputs; float ones require grad when the block gets gradients."""
+    out = []
+    for a in args:
+        if isinstance(a, Tensor):
+            a = a.detach()
+            if grad and a.is_floating_point():
+                a.requires_grad_(True)
+        out.append(a)
+    return tuple(out)
+
+
+def saved_bytes(module: nn.Module, args: Sequence[Any]) -> tuple[Any, int]:
+    """Run the forward once; return its output and the bytes autograd saved (distinct storages,
+    parameters and buffers excluded)."""
+    own = {p.untyped_storage().data_ptr() for p in list(module.parameters()) + list(module.buffers())}
+    seen: dict[int, int] = {}
+
+    def pack(t: Tensor) -> Tensor:
+        st = t.untyped_storage()
+        if st.data_ptr() not in own:
+            seen[st.data_ptr()] = st.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = module(*args)
+    return out, sum(seen.values())
+
+
+def _output_grads(out: Any) -> tuple[list[Tensor], list[Tensor]]:
+    """The differentiable output tensors and a gradient for each (ones for a scalar loss)."""
+    outs = [t for t in _tensors(out) if t.requires_grad]
+    return outs, [torch.ones_like(t) if t.dim() == 0 else torch.randn_like(t) for t in outs]
+
+
+@dataclass(frozen=True)
+class _Run:
+    """One block's measurement setup: its module, its inputs, whether it gets a backward."""
+    module: nn.Module
+    args: tuple
+    trains: bool
+    device: torch.device
+    warmup: int
+    repeats: int
+
+    def forward_ms(self) -> float:
+        with torch.set_grad_enabled(self.trains):
+            return _median_ms(lambda a: self.module(*a), lambda: _detached(self.args, self.trains),
+                              self.device, self.warmup, self.repeats)
+
+    def _fresh(self) -> tuple[tuple, list[Tensor], list[Tensor]]:
+        args = _detached(self.args, True)
+        outs, grads = _output_grads(self.module(*args))
+        return args, outs, grads
+
+    def backward_ms(self) -> float:
+        return _median_ms(lambda s: torch.autograd.backward(s[1], s[2]), self._fresh,
+                          self.device, self.warmup, self.repeats)
+
+    def input_grad_ms(self) -> float:
+        """The input-gradient pass alone (the B of a split backward)."""
+        def run(s: tuple[tuple, list[Tensor], list[Tensor]]) -> None:
+            leaves = [a for a in s[0] if isinstance(a, Tensor) and a.requires_grad]
+            if leaves:
+                torch.autograd.grad(s[1], leaves, s[2], allow_unused=True)
+        return _median_ms(run, self._fresh, self.device, self.warmup, self.repeats)
+
+
+def profile(placement: Placement, modules: Mapping[str, nn.Module],
+            inputs: Sequence[Any] | Mapping[str, Sequence[Any]], *, device: str = "cpu",
+            warmup: int = 2, repeats: int = 5, bandwidth: float | None = None, alpha: float = 0.0,
+            sharded_modules: bool = False) -> Profile:
+    """Measure every forward block's module (and its backward where the placement has one) on
+    one micro-batch; return the measurements and the placement in ms and MiB.
+
+    A block's arguments are its forward predecessors' outputs in edge order, then its own
+    `inputs`: one tuple given to every block without a forward predecessor, or a mapping from
+    block id to extra arguments (a source's data, a sink's targets).
+    `bandwidth` in bytes/s and `alpha` in seconds set the latency; without a bandwidth the
+    placement's latency stays.
+    """
+    if repeats < 1 or warmup < 0:
+        raise ValueError(f"repeats must be >= 1 and warmup >= 0, got {repeats} and {warmup}")
+    if bandwidth is not None and not bandwidth > 0:
+        raise ValueError(f"bandwidth must be > 0 bytes/s, got {bandwidth}")
+    dev = torch.device(device)
+    forwards = [b for b in placement.topo_order if placement.by_id[b].kind in ("forward", "other")]
+    missing = [b for b in forwards if b not in modules]
+    if missing:
+        raise PlacementError(f"no module for block {missing[0]!r} of placement {placement.name!r}")
+    grads = _gradient_blocks(placement)
+    outputs: dict[str, Any] = {}
+    measured = []
+    for bid in forwards:
+        args = _block_args(placement, bid, outputs, inputs, dev)
+        run = _Run(modules[bid].to(dev), args, bid in grads, dev, warmup, repeats)
+        measured.append(_measure(bid, run, "weight" in grads.get(bid, {}), outputs))
+        log.info("profiled %s: forward %.3f ms, backward %.3f ms, activation %d bytes", bid,
+                 measured[-1].forward_ms, measured[-1].backward_ms, measured[-1].activation_bytes)
+    scaled = tuple(_per_device(m, placement, sharded_modules) for m in measured)
+    out = _placement_of(placement, scaled, grads, bandwidth, alpha)
+    return Profile(out, scaled, str(dev), repeats, bandwidth)
+
+
+def _gradient_blocks(p: Placement) -> dict[str, dict[str, str]]:
+    """forward id -> {kind: block id} of the backward and weight blocks that consume its graph."""
+    out: dict[str, dict[str, str]] = {}
+    for b in p.blocks:
+        if b.kind in ("backward", "weight"):
+            if b.grad_of is None:
+                raise PlacementError(f"block {b.id}: a profiled {b.kind} block needs grad_of (the forward "
+                                     "whose graph it consumes)")
+            out.setdefault(b.grad_of, {})[b.kind] = b.id
+    return out
+
+
+def _block_args(p: Placement, bid: str, outputs: Mapping[str, Any],
+                inputs: Sequence[Any] | Mapping[str, Sequence[Any]], dev: torch.device) -> tuple:
+    preds = [a for a in p.preds[bid] if a in outputs]
+    given = inputs.get(bid, ()) if isinstance(inputs, Mapping) else (() if preds else inputs)
+    if not preds and not given:
+        raise PlacementError(f"block {bid!r} has no forward predecessor and no input was given for it")
+    extra = tuple(a.to(dev) if isinstance(a, Tensor) else a for a in _as_args(given))
+    return tuple(x for a in preds for x in _as_args(outputs[a])) + extra
+
+
+def _measure(bid: str, run: _Run, split: bool, outputs: dict[str, Any]) -> BlockProfile:
+    fwd = run.forward_ms()
+    if run.trains:
+        out, act = saved_bytes(run.module, _detached(run.args, True))
+        bwd = run.backward_ms()
+        ig = run.input_grad_ms() if split else 0.0
+    else:
+        with torch.no_grad():
+            out = run.module(*run.args)
+        act, bwd, ig = 0, 0.0, 0.0
+    outputs[bid] = _detach_all(out)
+    return BlockProfile(bid, fwd, bwd, ig, act, sum(t.nbytes for t in _tensors(out)))
+
+
+def _detach_all(x: Any) -> Any:
+    if isinstance(x, Tensor):
+        return x.detach()
+    if isinstance(x, (tuple, list)):
+        return type(x)(_detach_all(y) for y in x)
+    return x
+
+
+def _per_device(m: BlockProfile, p: Placement, sharded_modules: bool) -> BlockProfile:
+    """A whole block measured on one device, spread over its devices (ideal tensor parallelism)."""
+    k = len(p.by_id[m.block].devices)
+    if sharded_modules or k == 1:
+        return m
+    return replace(m, forward_ms=m.forward_ms / k, backward_ms=m.backward_ms / k,
+                   input_grad_ms=m.input_grad_ms / k, activation_bytes=m.activation_bytes // k)
+
+
+MIN_MS = 0.001  # a measured time never rounds to a zero duration
+
+
+def _ms(x: float) -> float:
+    return max(round(x, 3), MIN_MS)
+
+
+def _placement_of(p: Placement, measured: Sequence[BlockProfile], grads: Mapping[str, Mapping[str, str]],
+                  bandwidth: float | None, alpha: float) -> Placement:
+    by = {m.block: m for m in measured}
+    mib = {m.block: round(m.activation_bytes / MIB, 3) for m in measured}
+    blocks = []
+    for b in p.blocks:
+        if b.kind in ("forward", "other"):
+            m = by[b.id]
+            blocks.append(replace(b, duration=_ms(m.forward_ms), memory=mib[b.id] if b.id in grads else 0))
+            continue
+        m = by[b.grad_of]
+        split = "weight" in grads[b.grad_of]
+        if b.kind == "weight":
+            blocks.append(replace(b, duration=_ms(m.backward_ms - m.input_grad_ms), memory=-mib[b.grad_of]))
+        else:
+            blocks.append(replace(b, duration=_ms(m.input_grad_ms if split else m.backward_ms),
+                                  memory=0 if split else -mib[b.grad_of]))
+    latency = p.latency if bandwidth is None else _latency_ms(p, by, bandwidth, alpha)
+    return make_placement(p.name, p.devices, blocks, p.edges, latency)
+
+
+def _latency_ms(p: Placement, by: Mapping[str, BlockProfile], bandwidth: float, alpha: float) -> float:
+    """The largest message over an edge between different device sets: bytes / bandwidth + alpha."""
+    def message(a: str, b: str) -> int:
+        fwd = a if a in by else p.by_id[b].grad_of or p.by_id[a].grad_of
+        return by[fwd].output_bytes if fwd in by else 0
+    sizes = [message(a, b) for a, b in p.edges if set(p.by_id[a].devices) != set(p.by_id[b].devices)]
+    if not sizes:
+        return 0.0
+    return round((max(sizes) / bandwidth + alpha) * 1e3, 6)

@@ -1,0 +1,137 @@
+"""Profiler: a tiny torch model measured into a placement that schedules validly."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from tessel import library
+from tessel.builder import Stage, build_stages
+from tessel.placement import PlacementError
+from tessel.profiler import MIB, profile, saved_bytes
+from tessel.timing import schedule_from_orders
+
+B, H, F = 32, 64, 256
+
+
+def mlp() -> nn.Module:
+    return nn.Sequential(nn.Linear(H, F), nn.GELU(), nn.Linear(F, H))
+
+
+# Linear saves its input (B x H), GELU its input (B x F), the second Linear its input (B x F), fp32
+MLP_ACTIVATION = 4 * (B * H + 2 * B * F)
+
+
+class Join(nn.Module):
+    """A fusion block: two inputs in, one out."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(2 * H, H)
+
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return self.proj(torch.cat([a, b], dim=-1))
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+def chain(devices: int, split: bool = False):
+    stages = [Stage(f"s{i}", (i,), 1, 2, 1 if split else 0, memory=1) for i in range(devices)]
+    return build_stages("mlp", devices, stages, [(f"s{i}", f"s{i + 1}") for i in range(devices - 1)],
+                        split_weight=split)
+
+
+def gpipe(p, n):
+    return [[(b.id, m) for m in range(n) for b in p.blocks_on(d) if b.kind == "forward"]
+            + [(b.id, m) for m in range(n) for b in p.blocks_on(d) if b.kind != "forward"]
+            for d in range(p.devices)]
+
+
+def test_saved_bytes_counts_activations_not_parameters():
+    torch.manual_seed(0)
+    x = torch.randn(B, H, requires_grad=True)
+    _, saved = saved_bytes(mlp(), (x,))
+    assert saved == MLP_ACTIVATION
+
+
+def test_profiled_chain_is_a_valid_placement_in_ms_and_mib():
+    torch.manual_seed(0)
+    p = chain(4)
+    prof = profile(p, {f"s{i}.f": mlp() for i in range(4)}, (torch.randn(B, H),), repeats=3, warmup=1,
+                   bandwidth=1e9, alpha=1e-5)
+    q = prof.placement
+    assert [b.id for b in q.blocks] == [b.id for b in p.blocks] and q.edges == p.edges
+    assert all(b.duration > 0 for b in q.blocks)
+    for b in q.blocks:
+        want = round(MLP_ACTIVATION / MIB, 3)
+        assert b.memory == (want if b.kind == "forward" else -want)
+    for d in range(4):
+        assert sum(b.memory for b in q.blocks_on(d)) == 0
+    # the largest message is one B x H fp32 output
+    assert q.latency == pytest.approx((4 * B * H / 1e9 + 1e-5) * 1e3)
+    s = schedule_from_orders(q, 4, gpipe(q, 4))
+    assert s.errors() == []
+    assert s.peak_memory[0] == pytest.approx(4 * round(MLP_ACTIVATION / MIB, 3))
+    end_levels = [sum(delta for _, delta in s.memory_events(d)) for d in range(4)]
+    assert end_levels == pytest.approx([0, 0, 0, 0])
+
+
+def test_split_backward_measures_input_and_weight_gradients():
+    torch.manual_seed(0)
+    p = chain(2, split=True)
+    prof = profile(p, {"s0.f": mlp(), "s1.f": mlp()}, (torch.randn(B, H),), repeats=2, warmup=1)
+    q = prof.placement
+    assert q.by_id["s1.b"].memory == 0 and q.by_id["s1.w"].memory == -q.by_id["s1.f"].memory
+    assert q.by_id["s1.b"].duration > 0 and q.by_id["s1.w"].duration > 0
+    m = {b.block: b for b in prof.blocks}["s1.f"]
+    assert 0 < m.input_grad_ms < m.backward_ms
+
+
+def test_join_block_takes_its_predecessors_outputs_and_inference_keeps_nothing():
+    torch.manual_seed(0)
+    p = library.kshape(4).inference()
+    mods = {"f0": mlp(), "f1": mlp(), "f2": mlp(), "f3": mlp(), "fA0": Join()}
+    prof = profile(p, mods, (torch.randn(B, H),), repeats=2, warmup=0, bandwidth=1e8)
+    q = prof.placement
+    assert all(b.memory == 0 for b in q.blocks) and not q.is_training
+    join = {b.block: b for b in prof.blocks}["fA0"]
+    assert join.output_bytes == 4 * B * H
+    assert q.latency > 0
+
+
+def test_a_block_on_several_devices_is_spread_over_them():
+    torch.manual_seed(0)
+    p = build_stages("wide", 2, [Stage("w", (0, 1), 1, 1, memory=1)], [])
+    whole = profile(p, {"w.f": mlp()}, (torch.randn(B, H),), repeats=3, warmup=1, sharded_modules=True)
+    spread = profile(p, {"w.f": mlp()}, (torch.randn(B, H),), repeats=3, warmup=1)
+    assert spread.blocks[0].activation_bytes == whole.blocks[0].activation_bytes // 2
+
+
+def test_missing_module_and_bad_arguments_are_named():
+    p = chain(2)
+    with pytest.raises(PlacementError, match="s1.f"):
+        profile(p, {"s0.f": mlp()}, (torch.randn(B, H),))
+    with pytest.raises(ValueError, match="repeats"):
+        profile(p, {"s0.f": mlp(), "s1.f": mlp()}, (torch.randn(B, H),), repeats=0)
+    with pytest.raises(ValueError, match="bandwidth"):
+        profile(p, {"s0.f": mlp(), "s1.f": mlp()}, (torch.randn(B, H),), bandwidth=0)
+
+
+def test_cli_profile_writes_a_placement_of_the_example_model(tmp_path, capsys):
+    from tessel.cli import main
+    from tessel.placement import load_placement
+    out = tmp_path / "gpt.json"
+    assert main(["profile", "--model", "gpt", "--devices", "4", "--dim", "32", "--ffn", "64", "--seq", "8",
+                 "--vocab", "64", "--layers", "1", "--repeats", "2", "--warmup", "1",
+                 "--bandwidth", "1e9", "-o", str(out)]) == 0
+    p = load_placement(out)
+    assert p.name == "mllm-4" and p.devices == 4 and p.latency > 0
+    assert all(b.duration > 0 for b in p.blocks)
+    assert "fA0" in capsys.readouterr().out
+    assert main(["profile", "--model", "kshape", "--placement", "vshape", "-o", str(tmp_path / "x.json")]) == 2
