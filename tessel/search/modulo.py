@@ -1,0 +1,83 @@
+"""The repetend as a value: period, copies, per-copy phase and offset, on the grid.
+
+A repetend holds `copies` micro-batches (P), each with its own pattern: block b of micro-batch
+m = c * P + j starts at (offset[b, j] + c) * period + phase[b, j]. With P = 1 this is plain
+modulo scheduling; P > 1 reaches periods per micro-batch that are not whole grid steps
+(e.g. 3 micro-batches every 16), which memory-tight placements need.
+
+Steady-state memory of a device at phase phi is sum over (b, j) of m_b * ([phi >= rho] - Q),
+where each memory event (allocation at a start, release at an end) happens at time
+Q * period + rho, rho in [0, period); at equal phases releases count first, as in rule 4.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Mapping
+
+from .problem import Key, Problem
+
+Slot = tuple[str, int]  # (block, copy)
+
+
+@dataclass(frozen=True)
+class Modulo:
+    period: int  # of one repetition of the pattern, grid units
+    phase: Mapping[Slot, int]
+    offset: Mapping[Slot, int]
+    copies: int = 1
+
+    @staticmethod
+    def from_starts(period: int, starts: Mapping[Slot, int], copies: int = 1) -> "Modulo":
+        """The repetend of the pattern's start times, shifted so the earliest starts at 0."""
+        t0 = min(starts.values())
+        return Modulo(period, {x: (s - t0) % period for x, s in starts.items()},
+                      {x: (s - t0) // period for x, s in starts.items()}, copies)
+
+    @property
+    def per_micro_batch(self) -> Fraction:
+        return Fraction(self.period, self.copies)
+
+    def start(self, block: str, micro_batch: int = 0) -> int:
+        c, j = divmod(micro_batch, self.copies)
+        return (self.offset[(block, j)] + c) * self.period + self.phase[(block, j)]
+
+    def starts(self) -> dict[Slot, int]:
+        return {(b, j): self.start(b, j) for b, j in self.phase}
+
+    def span(self, problem: Problem) -> int:
+        """Time from the first start to the last end of one repetition's micro-batches."""
+        s = self.starts()
+        return max(t + problem.duration[b] for (b, _), t in s.items()) - min(s.values())
+
+    def unrolled(self, micro_batches: range) -> dict[Key, int]:
+        """The plain unroll: micro-batch c * P + j at copy j's pattern, c periods later."""
+        blocks = {b for b, _ in self.phase}
+        return {(b, k): self.start(b, k) for k in micro_batches for b in blocks}
+
+    def in_flight(self, problem: Problem) -> int:
+        """How many repetitions overlap one window of the steady state."""
+        return -(-self.span(problem) // self.period)
+
+
+def steady_memory(problem: Problem, mod: Modulo) -> list[int]:
+    """Per device, the highest memory level of the steady state (0 without memory events)."""
+    out = []
+    for d in range(problem.units.devices):
+        events = [_event(problem, mod, b, j) for b in problem.memory_blocks(d) for j in range(mod.copies)]
+        levels = [sum(m * (int(rho <= rho_a) - q) for q, rho, m in events)
+                  for q_a, rho_a, m_a in events if m_a > 0]
+        out.append(max(levels, default=0))
+    return out
+
+
+def _event(problem: Problem, mod: Modulo, block: str, copy: int) -> tuple[int, int, int]:
+    m = problem.memory[block]
+    t = mod.start(block, copy) + (problem.duration[block] if m < 0 else 0)
+    return t // mod.period, t % mod.period, m
+
+
+def fits(problem: Problem, mod: Modulo) -> bool:
+    if problem.limit is None:
+        return True
+    return all(level <= lim for level, lim in zip(steady_memory(problem, mod), problem.limit))

@@ -1,0 +1,256 @@
+"""A search problem on an integer grid: durations, latency and memory scaled to integers.
+
+CP-SAT works on integers. Durations and latency are scaled by a stated `resolution` (real time
+per grid unit) and rounded *up*, so a schedule valid on the grid stays valid with the real
+durations: every real task ends no later than its grid task, so dependencies and device
+exclusivity still hold, and memory is only released earlier. Memory is scaled by a power of ten
+that makes every value and limit an integer (exact up to six decimals).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from fractions import Fraction
+from functools import cached_property
+from typing import Mapping, Sequence
+
+from .. import bounds
+from ..placement import Number, Placement
+from ..schedule import EPS, Repetend, Schedule, normalise_limit
+
+Key = tuple[str, int]
+# an exact grid keeps the busiest device's load under MAX_LOAD_UNITS units; an approximate one
+# (durations rounded up) uses about APPROX_LOAD_UNITS, i.e. 0.01% of the load per block
+MAX_LOAD_UNITS = 100_000
+APPROX_LOAD_UNITS = 10_000
+
+
+class MemoryLimitError(ValueError):
+    """No schedule can fit the memory limit; the message gives the least limit per device."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """The placement scaled to the grid (`units`), its limits, and the way back to real numbers."""
+    placement: Placement
+    units: Placement
+    limit: tuple[int, ...] | None  # per device, memory units
+    resolution: Number  # real time of one grid unit
+    exact_time: bool  # the grid durations equal the real ones
+    memory_scale: int  # memory units per real memory unit
+
+    @cached_property
+    def duration(self) -> dict[str, int]:
+        return {b.id: int(b.duration) for b in self.units.blocks}
+
+    @cached_property
+    def memory(self) -> dict[str, int]:
+        return {b.id: int(b.memory) for b in self.units.blocks}
+
+    @cached_property
+    def devices_of(self) -> dict[str, tuple[int, ...]]:
+        return {b.id: b.devices for b in self.units.blocks}
+
+    @property
+    def block_ids(self) -> tuple[str, ...]:
+        return self.units.topo_order
+
+    def gap(self, a: str, b: str) -> int:
+        """Least time from the start of a to the start of b on edge a -> b."""
+        return self.duration[a] + int(self.units.edge_latency(a, b))
+
+    def memory_blocks(self, device: int) -> list[str]:
+        return [b.id for b in self.units.blocks_on(device) if b.memory]
+
+    @cached_property
+    def ancestors(self) -> dict[str, frozenset[str]]:
+        anc: dict[str, frozenset[str]] = {}
+        for x in self.units.topo_order:
+            anc[x] = frozenset().union(*({a} | anc[a] for a in self.units.preds[x]))
+        return anc
+
+    def memory_pairs(self, device: int) -> list[tuple[str, str, int]] | None:
+        """The device's memory as holds (allocating block, releasing block, amount) of one
+        micro-batch, each release matched to allocations of its ancestors (latest first), so
+        memory is held from the allocation's start to the release's end; None when some
+        memory cannot be matched that way (then only event-wise accounting is exact)."""
+        blocks = self.memory_blocks(device)
+        left = {b: self.memory[b] for b in blocks if self.memory[b] > 0}
+        order = {b: i for i, b in enumerate(self.units.topo_order)}
+        pairs = []
+        for r in sorted((b for b in blocks if self.memory[b] < 0), key=order.__getitem__):
+            need = -self.memory[r]
+            for a in sorted((a for a in self.ancestors[r] if left.get(a)), key=order.__getitem__, reverse=True):
+                take = min(need, left[a])
+                pairs.append((a, r, take))
+                left[a] -= take
+                need -= take
+                if not need:
+                    break
+            if need:
+                return None
+        return None if any(left.values()) else pairs
+
+    @cached_property
+    def memory_period_bound(self) -> Fraction:
+        """Little's law: a device holding `amount` for at least `hold` time per micro-batch
+        carries amount * hold / period on average, which may not exceed its limit; so the
+        period per micro-batch is at least the largest sum(amount * hold) / limit."""
+        best = Fraction(0)
+        for d in self.limited_devices():
+            pairs = self.memory_pairs(d)
+            if pairs and self.limit[d] > 0:
+                held = sum(amount * self._hold(a, r) for a, r, amount in pairs)
+                best = max(best, Fraction(held, self.limit[d]))
+        return best
+
+    def _hold(self, a: str, r: str) -> int:
+        """Least time from the start of a to the end of r (its descendant): the longest path."""
+        dist = {a: 0}
+        for x in self.units.topo_order:
+            if x in dist:
+                for y in self.units.succs[x]:
+                    dist[y] = max(dist.get(y, 0), dist[x] + self.gap(x, y))
+        return dist[r] + self.duration[r]
+
+    def limited_devices(self) -> list[int]:
+        if self.limit is None:
+            return []
+        return [d for d in range(self.units.devices) if self.memory_blocks(d)]
+
+    @cached_property
+    def period_bound(self) -> int:
+        return int(bounds.period_lower_bound(self.units))
+
+    def lower_bound(self, micro_batches: int) -> int:
+        return int(bounds.lower_bound(self.units, micro_batches))
+
+    def real(self, units: int) -> Number:
+        x = units * self.resolution
+        return int(round(x)) if abs(x - round(x)) < EPS else x
+
+    def real_limit(self) -> tuple[Number, ...] | None:
+        if self.limit is None:
+            return None
+        return tuple(_unscale(x, self.memory_scale) for x in self.limit)
+
+    def schedule(self, micro_batches: int, starts: Mapping[Key, int], repetend_at: tuple[int, int] | None,
+                 period: int | None, meta: Mapping) -> Schedule:
+        """The real schedule of grid starts; `repetend_at` = (start, end) of the kernel on the grid."""
+        real = {k: self.real(v) for k, v in starts.items()}
+        rep = None
+        if repetend_at is not None and period is not None:
+            rep = Repetend(self.real(period), self.real(repetend_at[0]), self.real(repetend_at[1]))
+        return Schedule.build(self.placement, micro_batches, real, self.real_limit(), rep, meta)
+
+    def grid_schedule(self, micro_batches: int, starts: Mapping[Key, int], check: bool = True) -> Schedule:
+        """The same starts against the grid placement: integer arithmetic, for checks inside searches."""
+        return Schedule.build(self.units, micro_batches, starts, self.limit, check=check)
+
+
+def make_problem(placement: Placement, memory: Number | Sequence[Number] | None = None) -> Problem:
+    resolution, exact = _time_resolution(placement)
+    limit_real = normalise_limit(memory, placement.devices)
+    mem_values = [b.memory for b in placement.blocks] + list(limit_real or ())
+    scale = _memory_scale(mem_values)
+    blocks = [replace(b, duration=_to_units(b.duration, resolution),
+                      memory=_scaled(b.memory, scale)) for b in placement.blocks]
+    units = Placement(placement.name, placement.devices, tuple(blocks), placement.edges,
+                      _to_units(placement.latency, resolution) if placement.latency else 0)
+    limit = None if limit_real is None else tuple(math.floor(x * scale + EPS) for x in limit_real)
+    problem = Problem(placement, units, limit, resolution, exact, scale)
+    check_memory(problem)
+    return problem
+
+
+def _to_units(x: Number, resolution: Number) -> int:
+    return max(1, math.ceil(x / resolution - 1e-9)) if x > 0 else 0
+
+
+def _time_resolution(p: Placement) -> tuple[Number, bool]:
+    """The coarsest exact decimal grid of the durations when it keeps loads under
+    MAX_LOAD_UNITS units; else a 1-2-5 step of about a ten-thousandth of the largest load."""
+    values = [b.duration for b in p.blocks] + ([p.latency] if p.latency else [])
+    for k in range(7):
+        scaled = [v * 10**k for v in values]
+        if all(abs(x - round(x)) < 1e-9 * max(1.0, x) for x in scaled):
+            step = Fraction(math.gcd(*(round(x) for x in scaled)), 10**k)
+            if max(p.loads) / step <= MAX_LOAD_UNITS:
+                return (int(step) if step.denominator == 1 else float(step)), True
+            break
+    res = _nice_step(max(p.loads) / APPROX_LOAD_UNITS)
+    return res, all(abs(v / res - round(v / res)) < 1e-9 for v in values)
+
+
+def _nice_step(x: float) -> Number:
+    """The smallest 1, 2 or 5 times a power of ten that is >= x."""
+    e = math.floor(math.log10(x))
+    for m in (1, 2, 5, 10):
+        step = m * 10.0 ** e
+        if step >= x * (1 - 1e-12):
+            return int(step) if float(step).is_integer() else step
+    raise AssertionError("unreachable")
+
+
+def _memory_scale(values: Sequence[Number]) -> int:
+    for k in range(7):
+        s = 10**k
+        if all(abs(v * s - round(v * s)) < 1e-9 * max(1.0, abs(v * s)) for v in values):
+            return s
+    return 10**6
+
+
+def _scaled(x: Number, scale: int) -> int:
+    return int(round(x * scale))
+
+
+def _unscale(x: int, scale: int) -> Number:
+    return x if scale == 1 else x / scale
+
+
+def least_memory(units: Placement) -> list[int]:
+    """Per device, the memory any schedule needs at least: a block's allocation on top of
+    everything its ancestors allocated (and released) on that device before it can start."""
+    anc: dict[str, set[str]] = {}
+    for x in units.topo_order:
+        anc[x] = set().union(*({a} | anc[a] for a in units.preds[x])) if units.preds[x] else set()
+    need = [0] * units.devices
+    for b in units.blocks:
+        if b.memory <= 0:
+            continue
+        for d in b.devices:
+            level = b.memory + sum(units.by_id[a].memory for a in anc[b.id] if d in units.by_id[a].devices)
+            need[d] = max(need[d], level)
+    return need
+
+
+def check_memory(problem: Problem) -> None:
+    """Fail early, naming devices and the least limits, when one micro-batch cannot fit, or
+    when memory that never balances would outgrow any limit as micro-batches accumulate."""
+    if problem.limit is None:
+        return
+    for d in problem.limited_devices():
+        left = sum(problem.memory[b] for b in problem.memory_blocks(d))
+        if left > 0:
+            raise MemoryLimitError(f"placement {problem.placement.name!r}: memory on device {d} grows by "
+                                   f"{_fmt(_unscale(left, problem.memory_scale))} per micro-batch (its blocks "
+                                   f"do not release what they allocate), so no limit holds for many "
+                                   f"micro-batches; search it without --memory")
+    need = least_memory(problem.units)
+    short = [d for d, (n, lim) in enumerate(zip(need, problem.limit)) if n > lim]
+    if short:
+        raise memory_error(problem, need, short)
+
+
+def memory_error(problem: Problem, need: Sequence[int], short: Sequence[int]) -> MemoryLimitError:
+    s = problem.memory_scale
+    limit = problem.real_limit() or ()
+    where = ", ".join(f"device {d} needs at least {_fmt(_unscale(need[d], s))} (limit {_fmt(limit[d])})"
+                      for d in short)
+    least = ",".join(_fmt(_unscale(max(n, 0), s)) for n in need)
+    return MemoryLimitError(f"memory limit too small for placement {problem.placement.name!r}: {where}; "
+                            f"the smallest limits that could work are --memory {least}")
+
+
+def _fmt(x: Number) -> str:
+    return f"{x:g}" if isinstance(x, float) else str(x)

@@ -1,0 +1,188 @@
+"""The one CP-SAT helper every search builds its models with.
+
+A `Model` holds tasks as fixed-size intervals, collects them per device for `AddNoOverlap`
+(a multi-device block's interval goes into each of its devices), adds precedences, memory
+reservoirs, hints and the objective, and `solve` returns a `SolveResult` with the status
+(optimal / feasible / infeasible / unknown), objective, proven bound and the values of the
+variables that were registered under a key.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Callable, Hashable, Iterable, Mapping, Sequence
+
+from ortools.sat.python import cp_model
+
+log = logging.getLogger(__name__)
+
+Expr = Any  # an int, IntVar or linear expression of CP-SAT
+Progress = Callable[[dict[str, Any]], None]
+DEFAULT_WORKERS = 2
+
+_STATUS = {cp_model.OPTIMAL: "optimal", cp_model.FEASIBLE: "feasible",
+           cp_model.INFEASIBLE: "infeasible", cp_model.UNKNOWN: "unknown",
+           cp_model.MODEL_INVALID: "invalid"}
+
+
+@dataclass(frozen=True)
+class SolveResult:
+    status: str
+    objective: int | None
+    bound: int | None
+    seconds: float
+    values: Mapping[Hashable, int] = field(default_factory=dict)
+
+    @property
+    def found(self) -> bool:
+        return self.status in ("optimal", "feasible", "constructed")
+
+
+class Model:
+    """A CP-SAT model of tasks on devices; see the module doc."""
+
+    def __init__(self) -> None:
+        self.cp = cp_model.CpModel()
+        self.vars: dict[Hashable, cp_model.IntVar] = {}
+        self._on_device: dict[int, list[cp_model.IntervalVar]] = defaultdict(list)
+        self._objective: Expr | None = None
+
+    def int_var(self, key: Hashable, lo: int, hi: int) -> cp_model.IntVar:
+        """A variable whose value the result reports under `key`."""
+        v = self.cp.new_int_var(int(lo), int(hi), str(key))
+        self.vars[key] = v
+        return v
+
+    def bool_var(self) -> cp_model.IntVar:
+        return self.cp.new_bool_var("")
+
+    def occupy(self, start: Expr, duration: int, devices: Iterable[int]) -> None:
+        """The devices are busy for [start, start + duration); start may be a constant."""
+        iv = self.cp.new_fixed_size_interval_var(start, int(duration), "")
+        for d in devices:
+            self._on_device[d].append(iv)
+
+    def precede(self, before: Expr, after: Expr, gap: int) -> None:
+        """after >= before + gap (an edge: gap = duration + latency)."""
+        self.cp.add(after >= before + int(gap))
+
+    def reservoir(self, times: Sequence[Expr], deltas: Sequence[int], limit: int) -> None:
+        """The running sum of deltas over time (all events at one time together) stays <= limit."""
+        if not times:
+            return
+        low = -sum(abs(int(x)) for x in deltas) - 1
+        self.cp.add_reservoir_constraint(list(times), [int(x) for x in deltas], low, int(limit))
+
+    def holds(self, spans: Sequence[tuple[Expr, Expr, int]], limit: int) -> None:
+        """Memory held over [start, end) by each span; their sum stays <= limit at all times."""
+        if not spans:
+            return
+        ivs = []
+        for start, end, _ in spans:
+            size = self.cp.new_int_var(0, cp_model.INT32_MAX, "") if not isinstance(end, int) or \
+                not isinstance(start, int) else end - start
+            ivs.append(self.cp.new_interval_var(start, size, end, ""))
+        self.cp.add_cumulative(ivs, [int(a) for _, _, a in spans], int(limit))
+
+    def hint(self, var: cp_model.IntVar, value: int) -> None:
+        self.cp.add_hint(var, int(value))
+
+    def hints(self, values: Mapping[Hashable, int]) -> None:
+        for key, value in values.items():
+            if key in self.vars:
+                self.cp.add_hint(self.vars[key], int(value))
+
+    def minimize(self, expr: Expr, lower: int | None = None, upper: int | None = None) -> None:
+        """Minimise expr; a known lower bound lets the solver stop as soon as it reaches it."""
+        if lower is not None:
+            self.cp.add(expr >= int(lower))
+        if upper is not None:
+            self.cp.add(expr <= int(upper))
+        self._objective = expr
+        self.cp.minimize(expr)
+
+    def _finish(self) -> None:
+        for ivs in self._on_device.values():
+            if len(ivs) > 1:
+                self.cp.add_no_overlap(ivs)
+        self._on_device.clear()
+
+    def solve(self, time_limit: float | None, workers: int | None = None, progress: Progress | None = None,
+              phase: str = "solve", report: Callable[[int], dict[str, Any]] | None = None,
+              stall: float | None = None, prove: bool = False) -> SolveResult:
+        """Solve within time_limit seconds, or stop once `stall` seconds pass without a better
+        solution; progress gets {phase, objective, elapsed, ...report(objective)} per solution.
+        `prove` favours closing the bound (the full LP relaxation) over finding solutions."""
+        self._finish()
+        solver = cp_model.CpSolver()
+        solver.parameters.num_workers = max(1, int(workers or DEFAULT_WORKERS))
+        if time_limit is not None:
+            solver.parameters.max_time_in_seconds = max(0.01, float(time_limit))
+        solver.parameters.random_seed = 1
+        if prove:
+            _proving(solver.parameters)
+        t0 = time.perf_counter()
+        callback = None
+        if self._objective is not None and (progress or stall):
+            callback = _Reporter(progress, phase, t0, report)
+        watcher = _Watcher(solver, callback, stall) if stall and callback else None
+        code = solver.solve(self.cp, callback)
+        if watcher:
+            watcher.done.set()
+        status = _STATUS.get(code, "unknown")
+        seconds = time.perf_counter() - t0
+        if status not in ("optimal", "feasible"):
+            log.info("%s: %s after %.2fs", phase, status, seconds)
+            return SolveResult(status, None, None, seconds)
+        obj = bound = None
+        if self._objective is not None:
+            obj, bound = round(solver.objective_value), round(solver.best_objective_bound)
+        values = {k: solver.value(v) for k, v in self.vars.items()}
+        log.info("%s: %s objective %s bound %s in %.2fs", phase, status, obj, bound, seconds)
+        return SolveResult(status, obj, bound, seconds, values)
+
+
+def _proving(params: Any) -> None:
+    """On few cores the default portfolio proves scheduling bounds slowly; the full LP
+    relaxation (max_lp) closes them many times faster on the exact models."""
+    if params.num_workers == 1:
+        params.linearization_level = 2
+    elif params.num_workers == 2:
+        params.subsolvers.extend(["max_lp", "default_lp"])
+
+
+class _Reporter(cp_model.CpSolverSolutionCallback):
+    def __init__(self, progress: Progress | None, phase: str, t0: float,
+                 report: Callable[[int], dict[str, Any]] | None) -> None:
+        super().__init__()
+        self.progress, self.phase, self.t0, self.report = progress, phase, t0, report
+        self.last_improvement: float | None = None
+
+    def on_solution_callback(self) -> None:
+        self.last_improvement = time.perf_counter()
+        if not self.progress:
+            return
+        obj = round(self.objective_value)
+        update = {"phase": self.phase, "objective": obj, "elapsed": time.perf_counter() - self.t0}
+        if self.report:
+            update.update(self.report(obj))
+        self.progress(update)
+
+
+class _Watcher:
+    """Stops a solve that has found a solution and not improved it for `stall` seconds."""
+
+    def __init__(self, solver: cp_model.CpSolver, reporter: _Reporter, stall: float) -> None:
+        self.solver, self.reporter, self.stall = solver, reporter, stall
+        self.done = threading.Event()
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self) -> None:
+        while not self.done.wait(min(0.02, self.stall / 4)):
+            last = self.reporter.last_improvement
+            if last is not None and time.perf_counter() - last > self.stall:
+                self.solver.stop_search()
+                return

@@ -1,0 +1,48 @@
+"""`tessel search`: summary, schedule file checked independently, errors as one line with exit 2."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+SUITE = Path("/work/shared/bench/suite.json")
+CHECKER = Path("/work/shared/tools/check_schedule.py")
+
+
+def test_search_writes_a_valid_schedule_and_prints_its_figures(tessel, tmp_path: Path) -> None:
+    out = tmp_path / "mshape.json"
+    rc, stdout, stderr = tessel("search", "mshape", "--devices", "4", "-n", "16", "--memory", "20",
+                                "--mode", "tessel", "--workers", "2", "-o", out)
+    assert rc == 0, stderr
+    lines = {k.strip(): v.strip() for k, v in (line.split(":", 1) for line in stdout.splitlines() if ":" in line)}
+    assert lines["period"] == "6" and lines["lower_bound"] == "96"
+    assert int(lines["makespan"]) <= 109  # the reference implementation's 109
+    assert lines["method"] == "tessel" and "repetend=optimal" in lines["statuses"]
+    check = subprocess.run([sys.executable, str(CHECKER), str(out)], capture_output=True, text=True)
+    assert check.returncode == 0 and json.loads(check.stdout)["makespan"] == int(lines["makespan"])
+    doc = json.loads(out.read_text())
+    assert doc["repetend"]["period"] == 6 and doc["meta"]["period_optimal"] is True
+
+
+def test_search_a_placement_file_in_fast_mode_with_per_device_memory(tessel, tmp_path: Path) -> None:
+    case = next(c for c in json.loads(SUITE.read_text())["cases"] if c["name"] == "kshape-4")
+    f = tmp_path / "kshape.json"
+    f.write_text(json.dumps(case["placement"]))
+    rc, stdout, stderr = tessel("search", f, "-n", "8", "--memory", "4,4,4,4", "--mode", "fast", "--ascii")
+    assert rc == 0, stderr
+    assert "d0" in stdout and "makespan: 52" in stdout and "method: fast" in stdout
+
+
+def test_too_little_memory_is_one_line_and_exit_2(tessel) -> None:
+    rc, stdout, stderr = tessel("search", "vshape", "-n", "8", "--memory", "0.5")
+    assert rc == 2 and stdout == ""
+    assert len(stderr.strip().splitlines()) == 1
+    assert "device 0 needs at least 1 (limit 0.5)" in stderr and "--memory 1,1,1,1" in stderr
+
+
+def test_bad_options_are_rejected(tessel) -> None:
+    rc, _, stderr = tessel("search", "vshape", "-n", "8", "--time-limit", "0")
+    assert rc == 2 and "time limit must be > 0" in stderr
+    rc, _, stderr = tessel("search", "vshape", "-n", "8", "--mode", "best")
+    assert rc == 2 and "invalid choice" in stderr

@@ -1,0 +1,184 @@
+"""Search internals against independent checks: the steady-state memory formula against rule 4 on
+unrolled schedules, the grid, constructions, kernels, the solver helper, completion and exact."""
+from __future__ import annotations
+
+import json
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+
+from tessel import library
+from tessel.placement import Block, Placement, make_placement
+from tessel.search.completion import compact, complete, makespan, plain_unroll
+from tessel.search.exact import fifo_blocks, solve_exact
+from tessel.search.fast import construct, constructions, packed
+from tessel.search.kernel import kernel_starts
+from tessel.search.modulo import Modulo, fits, steady_memory
+from tessel.search.problem import least_memory, make_problem
+from tessel.search.repetend import find_repetend, modulo_of, solve_period
+from tessel.search.solver import Model
+
+SUITE = json.loads(Path("/work/shared/bench/suite.json").read_text())["cases"]
+
+
+def placement(name: str) -> Placement:
+    return Placement.from_dict(next(c for c in SUITE if c["name"] == name)["placement"])
+
+
+@pytest.mark.parametrize("name", ["vshape-4", "xshape-4", "kshape-4", "nnshape-4", "alphafold-4"])
+def test_steady_memory_formula_matches_rule_4_on_long_unrolls(name: str) -> None:
+    p = placement(name)
+    checked = 0
+    for limit in (3, 6):
+        problem = make_problem(p, limit)
+        for period in (problem.period_bound, problem.period_bound + 3):
+            res = solve_period(problem, period, 1, 2)
+            if not res.found:
+                continue
+            mod = modulo_of(res.values, problem, period)
+            s = problem.grid_schedule(40, plain_unroll(mod, 40))  # validates rule 4 at the limit
+            assert list(s.peak_memory) == steady_memory(problem, mod)
+            assert max(s.peak_memory) <= limit
+            checked += 1
+    assert checked >= 2
+
+
+def test_steady_memory_of_several_copies_matches_rule_4() -> None:
+    problem = make_problem(placement("vshape-4"), 3)
+    res = solve_period(problem, 16, 10, 2, copies=3)
+    mod = modulo_of(res.values, problem, 16, 3)
+    s = problem.grid_schedule(60, plain_unroll(mod, 60))
+    assert list(s.peak_memory) == steady_memory(problem, mod) and max(s.peak_memory) == 3
+
+
+def test_little_law_bound_is_tight_on_a_pipeline() -> None:
+    problem = make_problem(placement("vshape-4"), 3)
+    assert problem.memory_period_bound == Fraction(16, 3)  # device 0 holds each activation 16 units
+    assert make_problem(placement("vshape-4"), 20).memory_period_bound == Fraction(16, 20)
+    res = find_repetend(problem, 30)
+    assert res.modulo.per_micro_batch == Fraction(16, 3) and res.period_optimal
+
+
+def test_exact_grid_for_decimals_and_rounded_up_grid_otherwise() -> None:
+    p = library.build("vshape", devices=4, forward=0.25, backward=0.75)
+    pr = make_problem(p, None)
+    assert pr.exact_time and pr.resolution == 0.25 and pr.duration["f0"] == 1 and pr.duration["b0"] == 3
+    q = library.build("vshape", devices=4, forward=1 / 3, backward=2 / 3)
+    qr = make_problem(q, None)
+    assert not qr.exact_time
+    assert all(qr.duration[b.id] * qr.resolution >= b.duration for b in q.blocks)  # never shorter
+    assert qr.period_bound * qr.resolution < 1.002 * max(q.loads)
+
+
+def test_memory_scale_keeps_decimal_limits_exact() -> None:
+    p = library.build("vshape", devices=4, memory=0.5)
+    pr = make_problem(p, 1.5)
+    assert pr.memory_scale == 10 and pr.limit == (15,) * 4 and pr.memory["f0"] == 5
+    assert least_memory(pr.units) == [5, 5, 5, 5]
+
+
+def test_least_memory_counts_ancestors_on_the_device() -> None:
+    pr = make_problem(placement("kshape-4"), None)
+    assert least_memory(pr.units) == [2, 2, 2, 2]  # a branch's forward, then the joint block on all
+
+
+@pytest.mark.parametrize("name", ["vshape-4", "mshape-4", "nnshape-6", "kshape-4", "xshape-6"])
+def test_constructions_are_repetends_that_respect_dependencies_and_devices(name: str) -> None:
+    problem = make_problem(placement(name), None)
+    built = constructions(problem, problem.period_bound)
+    assert built, "the packed construction exists at the load bound on the suite's shapes"
+    for mod in built:
+        starts = mod.starts()
+        assert all(starts[(b, 0)] >= starts[(a, 0)] + problem.gap(a, b) for a, b in problem.units.edges)
+        problem.grid_schedule(12, plain_unroll(mod, 12))  # rules 2 and 3 over many micro-batches
+
+
+def test_construction_fails_cleanly_when_a_period_is_too_short() -> None:
+    problem = make_problem(placement("mshape-4"), None)
+    assert construct(problem, 5) is None and packed(problem, 5) is None
+
+
+def test_kernel_is_found_in_a_plain_unroll_and_not_across_a_break() -> None:
+    problem = make_problem(placement("vshape-4"), None)
+    mod = find_repetend(problem, 10).modulo  # the chain back to back: f at 0..3, b at 4, 7, 10, 13
+    starts = plain_unroll(mod, 12)
+    nb = len(problem.block_ids)
+    assert next(kernel_starts(starts, 12, nb, mod.period, 1)) == 10  # first window with all 8 blocks
+    late = {(b, k): s + (k >= 5) for (b, k), s in starts.items()}  # micro-batches 5.. one unit later
+    found = list(kernel_starts(late, 12, nb, mod.period, 1))
+    fourth = [s for (b, k), s in late.items() if k == 4]
+    assert found and found[0] == 10
+    assert not [w for w in found if any(w <= s < w + mod.period for s in fourth)]
+
+
+def test_compaction_never_lengthens_and_keeps_memory() -> None:
+    problem = make_problem(placement("mshape-4"), 20)
+    mod = find_repetend(problem, 10).modulo
+    plain = plain_unroll(mod, 16)
+    tight = compact(problem, 16, plain)
+    assert makespan(problem, tight) < makespan(problem, plain)
+    a, b = problem.grid_schedule(16, plain), problem.grid_schedule(16, tight)
+    assert a.peak_memory == b.peak_memory
+
+
+def test_completion_reaches_the_lower_bound_where_it_is_reachable() -> None:
+    problem = make_problem(placement("xshape-4"), 20)
+    mod = find_repetend(problem, 10).modulo
+    done = complete(problem, plain_unroll(mod, 16), 16, [3, 4], 10, 2, 0.2, problem.lower_bound(16))
+    assert makespan(problem, done.starts) == problem.lower_bound(16) == 132
+    problem.grid_schedule(16, done.starts)
+
+
+def test_memory_holds_and_event_reservoir_agree() -> None:
+    """An unpaired placement (memory released by a block that is no descendant) is modelled by
+    events; the paired one by holds; both keep rule 4 in the exact solve."""
+    blocks = [Block("a", "forward", 1, 2, (0,)), Block("b", "forward", 1, 0, (1,)),
+              Block("c", "backward", 1, -2, (0,))]
+    paired = make_placement("paired", 2, blocks, [("a", "b"), ("b", "c")])
+    unpaired = make_placement("unpaired", 2, blocks, [("b", "c")])
+    for p in (paired, unpaired):
+        pr = make_problem(p, 4)
+        res = solve_exact(pr, 5, 20, 2)
+        assert res.status == "optimal"
+        s = pr.grid_schedule(5, {k: v for k, v in res.values.items() if isinstance(k, tuple)})
+        assert max(s.peak_memory) <= 4
+    assert make_problem(paired, 4).memory_pairs(0) == [("a", "c", 2)]
+    assert make_problem(unpaired, 4).memory_pairs(0) is None
+
+
+def test_fifo_symmetry_only_where_it_is_safe() -> None:
+    assert fifo_blocks(make_problem(placement("mshape-4"), None)) == list(make_problem(placement("mshape-4"), None).block_ids)
+    k = make_problem(placement("kshape-4"), None)
+    assert fifo_blocks(k) == ["f0"]  # two roots joined: only one root may be ordered
+    x = make_problem(placement("xshape-4"), None)
+    assert len(fifo_blocks(x)) == len(x.block_ids)  # two independent chains, each a tree
+
+
+def test_solver_helper_reports_status_objective_bound_and_values() -> None:
+    m = Model()
+    a = m.int_var("a", 0, 10)
+    b = m.int_var("b", 0, 10)
+    m.occupy(a, 3, [0])
+    m.occupy(b, 4, [0])
+    m.precede(a, b, 3)
+    end = m.cp.new_int_var(0, 20, "")
+    m.cp.add(end >= b + 4)
+    m.minimize(end, lower=0)
+    res = m.solve(5, 2)
+    assert res.status == "optimal" and res.objective == res.bound == 7
+    assert res.values == {"a": 0, "b": 3}
+    m2 = Model()
+    x = m2.int_var("x", 0, 1)
+    m2.cp.add(x >= 2)
+    assert m2.solve(5, 1).status == "infeasible" and not m2.solve(5, 1).found
+
+
+def test_repetend_search_proves_smaller_periods_infeasible() -> None:
+    problem = make_problem(placement("vshape-4"), 2)
+    res = find_repetend(problem, 30)
+    assert res.modulo.period == 8 and res.period_optimal
+    assert fits(problem, res.modulo)
+    # below the Little's-law bound nothing is even tried
+    assert all(t >= 8 * c for c, t, _ in res.tried)
+    assert Modulo(8, res.modulo.phase, res.modulo.offset).per_micro_batch == 8
