@@ -6,8 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-SUITE = Path("/work/shared/bench/suite.json")
-CHECKER = Path("/work/shared/tools/check_schedule.py")
+SUITE = (Path(__file__).resolve().parents[2] / "shared" / "bench" / "suite.json")
+CHECKER = (Path(__file__).resolve().parents[2] / "shared" / "tools" / "check_schedule.py")
 
 
 def test_search_writes_a_valid_schedule_and_prints_its_figures(tessel, tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ from tessel.search.problem import least_memory, make_problem
 from tessel.search.repetend import find_repetend, modulo_of, solve_period
 from tessel.search.solver import Model
 
-SUITE = json.loads(Path("/work/shared/bench/suite.json").read_text())["cases"]
+SUITE = json.loads((Path(__file__).resolve().parents[2] / "shared" / "bench" / "suite.json").read_text())["cases"]
 
 
 def placement(name: str) -> Placement:

@@ -4,7 +4,8 @@ CP-SAT works on integers. Durations and latency are scaled by a stated `resoluti
 per grid unit) and rounded *up*, so a schedule valid on the grid stays valid with the real
 durations: every real task ends no later than its grid task, so dependencies and device
 exclusivity still hold, and memory is only released earlier. Memory is scaled by a power of ten
-that makes every value and limit an integer (exact up to six decimals).
+that makes every value and limit an integer (exact up to six decimals). Time steps are powers
+of two or integers so that grid times are exact in floating point (see _time_resolution).
 """
 from __future__ import annotations
 
@@ -168,28 +169,25 @@ def _to_units(x: Number, resolution: Number) -> int:
 
 
 def _time_resolution(p: Placement) -> tuple[Number, bool]:
-    """The coarsest exact decimal grid of the durations when it keeps loads under
-    MAX_LOAD_UNITS units; else a 1-2-5 step of about a ten-thousandth of the largest load."""
+    """The grid step: the gcd of integer durations, else a power of two.
+
+    A binary step keeps every grid time exact in floating point. With a decimal step (0.001)
+    a release ending at s + d and an allocation starting at the same grid time differ in
+    their last bits, and rule 4 (releases before allocations at equal times) would then see
+    the allocation first. Durations that are not multiples of the step are rounded up, so a
+    real release ends strictly before the grid time of anything that waits for it."""
     values = [b.duration for b in p.blocks] + ([p.latency] if p.latency else [])
-    for k in range(7):
-        scaled = [v * 10**k for v in values]
-        if all(abs(x - round(x)) < 1e-9 * max(1.0, x) for x in scaled):
-            step = Fraction(math.gcd(*(round(x) for x in scaled)), 10**k)
-            if max(p.loads) / step <= MAX_LOAD_UNITS:
-                return (int(step) if step.denominator == 1 else float(step)), True
-            break
-    res = _nice_step(max(p.loads) / APPROX_LOAD_UNITS)
-    return res, all(abs(v / res - round(v / res)) < 1e-9 for v in values)
-
-
-def _nice_step(x: float) -> Number:
-    """The smallest 1, 2 or 5 times a power of ten that is >= x."""
-    e = math.floor(math.log10(x))
-    for m in (1, 2, 5, 10):
-        step = m * 10.0 ** e
-        if step >= x * (1 - 1e-12):
-            return int(step) if float(step).is_integer() else step
-    raise AssertionError("unreachable")
+    load = max(p.loads)
+    if all(float(v).is_integer() for v in values):
+        step = math.gcd(*(int(v) for v in values))
+        if load / step <= MAX_LOAD_UNITS:
+            return step, True
+    for k in range(31):
+        if all(float(v * 2**k).is_integer() for v in values) and load * 2**k <= MAX_LOAD_UNITS:
+            return 2.0**-k, True
+    res = 2.0 ** math.ceil(math.log2(load / APPROX_LOAD_UNITS))
+    res = int(res) if res >= 1 else res
+    return res, all(float(v / res).is_integer() for v in values)
 
 
 def _memory_scale(values: Sequence[Number]) -> int:
