@@ -88,6 +88,24 @@ def test_chimera_keeps_chimeras_memory(devices: int) -> None:
     assert s.makespan < BASELINES["gpipe"](library.xshape(devices), 3 * devices, None).makespan * 2
 
 
+@pytest.mark.parametrize("devices", [2, 4, 6, 8])
+def test_one_chimera_unit_holds_chimeras_activations(devices: int) -> None:
+    # one unit: device i (and its mirror p-1-i) holds p/2 of one pipeline plus i+1 of the other
+    s = check(BASELINES["chimera"](library.xshape(devices), devices // 2, None), "chimera")
+    half = devices // 2
+    assert s.peak_memory == tuple(half + 1 + min(d, devices - 1 - d) for d in range(devices))
+
+
+@pytest.mark.parametrize("n,before", [(16, 177), (64, 705)])
+def test_chimera_units_concatenate_tighter_than_the_continuous_approximation(n: int, before: int) -> None:
+    s = check(BASELINES["chimera"](library.build("xshape", devices=4), n, None), "chimera")
+    assert s.lower_bound <= s.makespan < before
+    assert max(s.peak_memory) <= 4
+    # a unit's start-up forwards fill the previous unit's cool-down: below the units run apart
+    unit = BASELINES["chimera"](library.build("xshape", devices=4), 2, None).makespan
+    assert s.makespan < n // 2 * unit
+
+
 def test_1f1b_plus_runs_sharded_blocks_on_all_devices_at_once() -> None:
     s = check(BASELINES["1f1b"](library.mshape(4), 16, None), "1f1b")
     assert s.peak_memory == (4, 3, 2, 1)

@@ -16,10 +16,12 @@ How far they reach:
   forward blocks never wait on backward ones.
 - `interleaved`: Megatron's interleaved 1F1B orders on a looped pipeline (v >= 2 chunks per
   device); micro-batches a multiple of the device count, as Megatron requires.
-- `chimera`: two opposite pipelines (xshape). Each runs 1F1B with at most p/2 micro-batches in
-  flight per stage (Chimera's memory: p/2+1 .. p activations per device); each device runs the
-  two pipelines' tasks in the order of their stand-alone 1F1B times. Continuous: no unit
-  boundaries between groups of p micro-batches.
+- `chimera`: two opposite pipelines (xshape), Chimera's (Li & Hoefler, SC'21) orders: units of
+  p/2 micro-batches (p pipeline halves, p/2 per direction); in a unit each pipeline runs 1F1B and
+  each device interleaves its two stages by their stand-alone times (both pipelines' forwards in
+  the start-up, then 1F1B pairs, then both pipelines' backwards). Units are directly
+  concatenated: unit k starts k units' device work later, so its forwards fill the previous
+  unit's cool-down bubbles. Memory: p/2+1 .. p activations per device.
 - `zb-h1`: zero-bubble H1 orders on a pipeline whose backwards are split into B and W: 1F1B
   warm-up, then F B per step with stage i keeping i weight passes back to fill the cool-down
   (peak memory p on every stage, 1F1B's peak).
@@ -73,7 +75,7 @@ def _gpipe(p: Placement, n: int, limit: Limit) -> Starts:
     return earliest_starts(p, n, _orders_by(p, n, lambda b, m: (not _is_forward(p, b), rank[b], m)))
 
 
-# ---- 1f1b and chimera: the greedy walk with 1F1B depths ---------------------------------------
+# ---- 1f1b: the greedy walk with 1F1B depths; chimera: its units ---------------------------
 def _training_fits(p: Placement, method: str) -> None:
     if not p.is_training:
         raise BaselineError(f"{method} interleaves forwards and backwards; placement {p.name} has no "
@@ -97,14 +99,14 @@ def depths(p: Placement, blocks: Sequence[str]) -> dict[int, int]:
     return out
 
 
-def _depth_pools(p: Placement, n: int, groups: Sequence[Sequence[str]], most: int | None = None) -> Pools:
+def _depth_pools(p: Placement, n: int, groups: Sequence[Sequence[str]]) -> Pools:
     """Caps of `depth` micro-batches in flight per pool (plus what finished ones leave behind)."""
     group = {b: g for g, ids in enumerate(groups) for b in ids}
     reserve, leave = reservations(p, group)
     caps = {}
     for g, ids in enumerate(groups):
         for d, depth in depths(p, ids).items():
-            caps[(d, g)] = min(depth, most or depth) * reserve[(d, g)] + (n - 1) * leave[(d, g)]
+            caps[(d, g)] = depth * reserve[(d, g)] + (n - 1) * leave[(d, g)]
     return Pools(group, caps)
 
 
@@ -138,15 +140,43 @@ def _part(p: Placement, ids: Sequence[str]) -> Placement:
                           [e for e in p.edges if e[0] in keep], p.latency)
 
 
+def _stage_1f1b(c: Chain, stage: int, micro_batches: int) -> list[Key]:
+    """Stage `stage` of the chain as a 1F1B pipeline over `micro_batches`: warm-up, F B pairs, cool-down."""
+    depth = len(c.forward)
+    warm = min(depth - 1 - stage, micro_batches)
+    fwd = [(c.forward[stage], m) for m in range(micro_batches)]
+    bwd = [(c.backward[depth - 1 - stage], m) for m in range(micro_batches)]
+    order = fwd[:warm]
+    for k in range(micro_batches - warm):
+        order += [fwd[warm + k], bwd[k]]
+    return order + bwd[micro_batches - warm:]
+
+
+def _unit_times(p: Placement, c: Chain, micro_batches: int) -> Starts:
+    """One pipeline's stand-alone 1F1B start times over one unit's micro-batches."""
+    part = _part(p, c.forward + c.backward)
+    orders: list[list[Key]] = [[] for _ in range(p.devices)]
+    for s, d in enumerate(c.devices(p)):
+        orders[d] = _stage_1f1b(c, s, micro_batches)
+    return earliest_starts(part, micro_batches, orders)
+
+
 def _chimera(p: Placement, n: int, limit: Limit) -> Starts:
-    """Each pipeline's stand-alone 1F1B times (at most p/2 in flight per stage) order the devices."""
-    ideal: dict[Key, tuple[Number, int]] = {}
-    for g, c in enumerate(_chimera_chains(p)):
-        part = _part(p, c.forward + c.backward)
-        pools = _depth_pools(part, n, [[b.id for b in part.blocks]], math.ceil(p.devices / 2))
-        for key, t in list_schedule(part, n, backward_first(part), pools).items():
-            ideal[key] = (t, g)
-    return earliest_starts(p, n, _orders_by(p, n, lambda b, m: ideal[(b, m)]))
+    """Units of p/2 micro-batches (p pipeline halves); each device merges its two stages' 1F1B
+    orders by their stand-alone times (ties: forwards, then the older micro-batch); unit k runs
+    k units' device work later, so its start-up forwards fill the previous unit's cool-down
+    (direct concatenation). One global key orders every device, and it grows along every edge:
+    no deadlock."""
+    chains = _chimera_chains(p)
+    unit = max(1, p.devices // 2)
+    work = max(sum(b.duration for b in p.blocks_on(d)) for d in range(p.devices))
+    key: dict[Key, tuple[Number, bool, int, int]] = {}
+    for first in range(0, n, unit):
+        size = min(unit, n - first)
+        for g, c in enumerate(chains):
+            for (b, m), t in _unit_times(p, c, size).items():
+                key[(b, first + m)] = (t + first * work, not _is_forward(p, b), m, g)
+    return earliest_starts(p, n, _orders_by(p, n, lambda b, m: key[(b, m)]))
 
 
 # ---- greedy ---------------------------------------------------------------------------------
