@@ -13,7 +13,7 @@ import tempfile
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 log = logging.getLogger(__name__)
 
@@ -79,19 +79,23 @@ class Placement:
     @cached_property
     def topo_order(self) -> tuple[str, ...]:
         """Block ids in a dependency order, ties broken by declaration order."""
-        indeg = {b.id: len(self.preds[b.id]) for b in self.blocks}
         rank = {b.id: i for i, b in enumerate(self.blocks)}
-        ready = sorted((i for i, n in indeg.items() if n == 0), key=rank.__getitem__)
+        return tuple(self.topo_sorted(rank.__getitem__))
+
+    def topo_sorted(self, key: Callable[[str], Any]) -> list[str]:
+        """A dependency order that, among the blocks ready at each step, takes the least `key`."""
+        indeg = {b.id: len(self.preds[b.id]) for b in self.blocks}
+        ready = [i for i, n in indeg.items() if n == 0]
         order: list[str] = []
         while ready:
+            ready.sort(key=key)
             x = ready.pop(0)
             order.append(x)
             for y in self.succs[x]:
                 indeg[y] -= 1
                 if indeg[y] == 0:
                     ready.append(y)
-                    ready.sort(key=rank.__getitem__)
-        return tuple(order)
+        return order
 
     def edge_latency(self, a: str, b: str) -> Number:
         """Transfer time of edge a -> b: the placement latency when the device sets differ."""

@@ -109,4 +109,13 @@ def schedule_from_orders(p: Placement, micro_batches: int, orders: Orders,
 
 def orders_of(s: Schedule) -> list[list[Key]]:
     """Per-device orders of an existing schedule (start order; ties by micro-batch, block)."""
-    return [[(t.block, t.micro_batch) for t in tasks] for tasks in s.device_orders()]
+    return orders_from_starts(s.placement, s.start)
+
+
+def orders_from_starts(p: Placement, starts: Mapping[Key, Number]) -> list[list[Key]]:
+    """Per-device orders of start times (start order; ties by micro-batch, block)."""
+    orders: list[list[tuple[Number, int, str]]] = [[] for _ in range(p.devices)]
+    for (b, m), t in starts.items():
+        for d in p.by_id[b].devices:
+            orders[d].append((t, m, b))
+    return [[(b, m) for _, m, b in sorted(o)] for o in orders]

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from .. import bounds
-from ..timing import earliest_starts
+from ..timing import earliest_starts, orders_from_starts
 from .modulo import Modulo
 from .problem import Key, Problem
 from .solver import Model, SolveResult
@@ -46,12 +46,7 @@ def makespan(problem: Problem, starts: Starts) -> int:
 
 def compact(problem: Problem, micro_batches: int, starts: Starts) -> dict[Key, int]:
     """Every device's order replayed as early as possible (never longer, same memory)."""
-    orders: list[list[tuple[int, int, str]]] = [[] for _ in range(problem.units.devices)]
-    for (b, k), s in starts.items():
-        for d in problem.devices_of[b]:
-            orders[d].append((s, k, b))
-    keyed = [[(b, k) for _, k, b in sorted(o)] for o in orders]
-    return earliest_starts(problem.units, micro_batches, keyed)
+    return earliest_starts(problem.units, micro_batches, orders_from_starts(problem.units, starts))
 
 
 def complete(problem: Problem, starts: Starts, micro_batches: int, free: Sequence[int], time_limit: float,

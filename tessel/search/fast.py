@@ -97,21 +97,5 @@ def _orders(problem: Problem) -> list[Sequence[str]]:
     """Dependency order, and the one that places memory-releasing blocks as soon as they are ready."""
     p = problem.units
     rank = {b: i for i, b in enumerate(p.topo_order)}
-    releases_first = _topo(problem, key=lambda b: (problem.memory[b] >= 0, rank[b]))
+    releases_first = p.topo_sorted(lambda b: (problem.memory[b] >= 0, rank[b]))
     return [p.topo_order, releases_first]
-
-
-def _topo(problem: Problem, key) -> list[str]:
-    p = problem.units
-    indeg = {b: len(p.preds[b]) for b in p.topo_order}
-    ready = [b for b in p.topo_order if not indeg[b]]
-    out: list[str] = []
-    while ready:
-        ready.sort(key=key)
-        b = ready.pop(0)
-        out.append(b)
-        for s in p.succs[b]:
-            indeg[s] -= 1
-            if not indeg[s]:
-                ready.append(s)
-    return out
