@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test bench clean
+.PHONY: demo test lint bench clean
 
 $(BIN)/tessel: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,6 +16,10 @@ demo: $(BIN)/tessel
 
 test: $(BIN)/tessel
 	$(BIN)/python -m pytest
+
+lint: $(BIN)/tessel
+	$(BIN)/ruff check
+	$(BIN)/mypy
 
 bench: $(BIN)/tessel
 	$(BIN)/python bench/search.py

@@ -19,9 +19,9 @@ import logging
 import platform
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from tessel import costmodel as cm
 from tessel.baselines import BaselineError

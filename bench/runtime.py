@@ -29,8 +29,8 @@ from tessel.placement import atomic_write
 from tessel.runtime.executor import Executor
 from tessel.runtime.launch import Options, launch
 from tessel.runtime.models import Config, example
-from tessel.runtime.program import lower
 from tessel.runtime.pipelining import stage_module
+from tessel.runtime.program import lower
 from tessel.schedule import schedule_from_dict
 
 CASES = {  # model, config, samples per micro-batch

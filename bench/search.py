@@ -23,9 +23,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from tessel import bounds, library
 from tessel.baselines import BASELINES, applicable
@@ -85,7 +86,7 @@ def run_method(method: str, p: Placement, memory: Any, ns: tuple[int, ...], repe
                time_limit: float | None = None) -> Result:
     r = Result(method)
     for n in ns:
-        def once() -> Schedule:
+        def once(n: int = n) -> Schedule:
             if method in ("tessel", "fast"):
                 return search(p, n, memory, mode=method, time_limit=time_limit)
             return BASELINES[method](p, n, memory)

@@ -21,8 +21,8 @@ before a frozen stage gets a gradient through it.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 from .placement import Block, Number, Placement, PlacementError, make_placement
 

@@ -22,8 +22,8 @@ Transformer Models" (MLSys'23), eq. 1-2, without sequence parallelism or recompu
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 from .placement import Placement
 

@@ -14,9 +14,10 @@ import argparse
 import logging
 import sys
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from . import library
 from .methods import available_methods, run_method, why_not_method

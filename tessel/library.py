@@ -10,7 +10,7 @@ cross-device edge cost. Each docstring shows one micro-batch of the default 4-de
 from __future__ import annotations
 
 import inspect
-from typing import Callable
+from collections.abc import Callable
 
 from .builder import Stage, build_stages
 from .placement import Number, Placement, PlacementError

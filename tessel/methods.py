@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import importlib
 import logging
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .baselines import BASELINES, BaselineError, why_not
 from .placement import Placement

@@ -10,10 +10,11 @@ import logging
 import math
 import os
 import tempfile
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -121,14 +122,14 @@ class Placement:
         return all(float(v).is_integer() for v in vals)
 
     # ---- derived placements --------------------------------------------------------------
-    def inference(self) -> "Placement":
+    def inference(self) -> Placement:
         """The forward-only form: backward and weight blocks dropped, no memory kept."""
         keep = [replace(b, memory=0) for b in self.blocks if b.kind in ("forward", "other")]
         ids = {b.id for b in keep}
         edges = tuple((a, b) for a, b in self.edges if a in ids and b in ids)
         return make_placement(f"{self.name}-infer", self.devices, keep, edges, self.latency)
 
-    def with_costs(self, **by_kind: Number) -> "Placement":
+    def with_costs(self, **by_kind: Number) -> Placement:
         """A copy with every block of a kind given a new duration (e.g. backward=2)."""
         blocks = [replace(b, duration=by_kind.get(b.kind, b.duration)) for b in self.blocks]
         return make_placement(self.name, self.devices, blocks, self.edges, self.latency)
@@ -143,11 +144,11 @@ class Placement:
         return d
 
     @staticmethod
-    def from_dict(doc: Any, source: str = "placement") -> "Placement":
+    def from_dict(doc: Any, source: str = "placement") -> Placement:
         return placement_from_dict(doc, source)
 
     @staticmethod
-    def load(path: str | Path) -> "Placement":
+    def load(path: str | Path) -> Placement:
         return load_placement(path)
 
     def save(self, path: str | Path) -> None:

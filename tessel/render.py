@@ -19,7 +19,7 @@ def _unit(durations: list[float]) -> float:
     return min(durations)
 
 
-def render_ascii(s: "Schedule", width: int = 200) -> str:
+def render_ascii(s: Schedule, width: int = 200) -> str:
     """Each cell is one time unit; a task fills its cells with its kind letter and micro-batch."""
     p = s.placement
     unit = _unit([b.duration for b in p.blocks] + [t.start for t in s.tasks if t.start > 0])

@@ -3,10 +3,11 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from . import bounds
 from .placement import Number, Placement, PlacementError, atomic_write, placement_from_dict, read_document
@@ -69,7 +70,7 @@ class Schedule:
     @staticmethod
     def build(placement: Placement, micro_batches: int, starts: Mapping[tuple[str, int], Number],
               memory_limit: Number | Sequence[Number] | None = None, repetend: Repetend | None = None,
-              meta: Mapping[str, Any] | None = None, check: bool = True) -> "Schedule":
+              meta: Mapping[str, Any] | None = None, check: bool = True) -> Schedule:
         """Make a schedule from {(block, micro_batch): start}, shifted to begin at 0, validated."""
         t0 = min(starts.values()) if starts else 0
         tasks = tuple(Task(b, m, _num(s - t0)) for (b, m), s in
@@ -82,7 +83,7 @@ class Schedule:
             s.validate()
         return s
 
-    def with_meta(self, **kw: Any) -> "Schedule":
+    def with_meta(self, **kw: Any) -> Schedule:
         return replace(self, meta={**self.meta, **kw})
 
     # ---- lookups -----------------------------------------------------------------------------
@@ -112,7 +113,7 @@ class Schedule:
             errs += rule()
         return errs[:limit]
 
-    def validate(self) -> "Schedule":
+    def validate(self) -> Schedule:
         errs = self.errors()
         if errs:
             rule = int(errs[0].split(" ", 2)[1].rstrip(":")) if errs[0].startswith("rule ") else 0
@@ -226,7 +227,7 @@ class Schedule:
                 "period": None if self.repetend is None else self.repetend.period}
 
     # ---- unroll ------------------------------------------------------------------------------
-    def unroll(self, micro_batches: int, check: bool = True) -> "Schedule":
+    def unroll(self, micro_batches: int, check: bool = True) -> Schedule:
         """Repeat the repetend so the schedule covers `micro_batches`, without any search."""
         if self.repetend is None:
             raise ScheduleError("this schedule carries no repetend to unroll")
@@ -250,7 +251,7 @@ class Schedule:
         atomic_write(path, json.dumps(self.to_dict(), indent=None, separators=(",", ":"), default=str))
 
     @staticmethod
-    def load(path: str | Path, check: bool = False) -> "Schedule":
+    def load(path: str | Path, check: bool = False) -> Schedule:
         try:
             doc = read_document(path)
         except PlacementError as e:

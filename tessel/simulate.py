@@ -35,8 +35,9 @@ import logging
 import math
 import random
 import statistics
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Callable, Literal, Mapping, Sequence
+from typing import Literal
 
 from .placement import Block, Number, Placement, PlacementError, make_placement
 from .schedule import Schedule
@@ -137,7 +138,7 @@ def shared_cores(p: Placement, micro_batches: int, orders: Sequence[Sequence[Key
     dur = dict(base)
     last = -1.0
     for _ in range(rounds):
-        starts = earliest_starts(p, micro_batches, orders, duration=lambda b, m: dur[(b, m)])
+        starts = earliest_starts(p, micro_batches, orders, duration=lambda b, m, dur=dur: dur[(b, m)])
         load = _mean_busy(p, starts, dur)
         dur = {k: (dur[k] + base[k] * max(1.0, load[k] / cores)) / 2 for k in dur}
         span = max(starts[k] + dur[k] for k in starts)
@@ -190,7 +191,7 @@ class Spread:
     worst: float
 
     @staticmethod
-    def of(xs: Sequence[float]) -> "Spread":
+    def of(xs: Sequence[float]) -> Spread:
         if not xs:
             raise ValueError("a spread needs at least one value")
         q = sorted(xs)

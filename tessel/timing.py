@@ -6,7 +6,7 @@ schedule's orders with other durations; the runtime's deadlock check is the same
 from __future__ import annotations
 
 import heapq
-from typing import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from .placement import Number, Placement
 from .schedule import Repetend, Schedule, ScheduleError

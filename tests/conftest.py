@@ -1,7 +1,7 @@
 """Shared fixtures: run the CLI in-process and capture what it prints."""
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import pytest
 

@@ -12,9 +12,9 @@ import torch.distributed as dist
 
 from tessel import library
 from tessel.methods import run_method, why_not_method
+from tessel.runtime import tp
 from tessel.runtime.executor import Executor
 from tessel.runtime.launch import Options, launch
-from tessel.runtime import tp
 from tessel.runtime.models import example
 from tessel.runtime.pipelining import stage_module, torch_runtime, write_actions_csv
 from tessel.runtime.program import lower

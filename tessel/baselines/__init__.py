@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from functools import lru_cache, partial
-from typing import Callable
 
 from ..placement import Placement
 from ..schedule import EPS, Schedule, normalise_limit

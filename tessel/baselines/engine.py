@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import heapq
 from collections import defaultdict
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
-from typing import Callable, Hashable, Mapping
 
 from ..placement import Number, Placement
 from ..schedule import EPS

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import bisect
 import logging
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Callable
 
 from ..schedule import EPS, Repetend, Schedule, ScheduleError, unroll
 

@@ -30,8 +30,8 @@ How far they reach:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 from ..placement import Number, Placement, make_placement
 from ..schedule import normalise_limit

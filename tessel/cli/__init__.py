@@ -9,7 +9,7 @@ import argparse
 import importlib
 import logging
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from ..placement import PlacementError
 from ..schedule import ScheduleError

@@ -9,8 +9,16 @@ from typing import Any
 
 from ..placement import Placement, read_document
 from ..schedule import FORMAT, Schedule, schedule_from_dict
-from .common import (UsageError, add_memory_arg, add_placement_args, fmt, positive_int, print_summary,
-                     print_table, resolve_placement)
+from .common import (
+    UsageError,
+    add_memory_arg,
+    add_placement_args,
+    fmt,
+    positive_int,
+    print_summary,
+    print_table,
+    resolve_placement,
+)
 from .outputs import add_output_args, picture_path, write_outputs
 
 

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from ..placement import Placement, load_placement
 from ..schedule import Schedule

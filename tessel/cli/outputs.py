@@ -6,7 +6,6 @@ from pathlib import Path
 
 from ..schedule import Schedule
 
-
 PICTURE_SUFFIXES = (".png", ".svg")
 
 

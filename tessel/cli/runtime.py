@@ -5,7 +5,8 @@ import argparse
 import os
 import statistics
 import sys
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from ..placement import Placement
 from ..schedule import Schedule

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-from typing import Any, Callable, ContextManager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any
 
 from ..search import MODES, search
 from .common import add_memory_arg, add_placement_args, fmt, positive_int, print_summary, resolve_placement
@@ -51,7 +53,7 @@ def _search(args: argparse.Namespace) -> int:
     return 0
 
 
-def _progress() -> ContextManager[Callable[[dict[str, Any]], None] | None]:
+def _progress() -> AbstractContextManager[Callable[[dict[str, Any]], None] | None]:
     """A live progress line on a terminal when the viz module is there; nothing otherwise."""
     try:
         from ..viz.progress import ProgressLine

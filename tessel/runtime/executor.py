@@ -18,9 +18,10 @@ import logging
 import time
 import weakref
 from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any
 
 import torch
 import torch.distributed as dist

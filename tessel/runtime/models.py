@@ -16,9 +16,9 @@ mean loss of its micro-batch, any other block one activation tensor.
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Callable, Mapping
 
 import torch
 import torch.nn.functional as F
@@ -135,7 +135,7 @@ class GPTBlock(ExampleBlock):
         return self.out(self.norm(x)) if self.loss is not None else x
 
 
-def _gpt(flow: Dataflow, cfg: Config) -> dict[str, "BlockSpec"]:
+def _gpt(flow: Dataflow, cfg: Config) -> dict[str, BlockSpec]:
     chain = _chain(flow, "gpt")
     specs = {}
     for i, b in enumerate(chain):
@@ -191,7 +191,7 @@ class FusionBlock(ExampleBlock):
         return self.head(self.norm(self.mlp(torch.cat([x.mean(dim=1) for x in branches], dim=-1))))
 
 
-def _kshape(flow: Dataflow, cfg: Config) -> dict[str, "BlockSpec"]:
+def _kshape(flow: Dataflow, cfg: Config) -> dict[str, BlockSpec]:
     sources = [b for b in flow.forwards if not flow.in_edges[b]]
     if len(sources) != 2 or len(flow.sinks) != 1 or len(flow.in_edges[flow.sinks[0]]) != 2:
         raise PlacementError(f"model kshape needs two branches joined by one final block; placement "
@@ -234,7 +234,7 @@ class MLPBlock(ExampleBlock):
         return self.head(h) if self.loss is not None else h
 
 
-def _mlp(flow: Dataflow, cfg: Config) -> dict[str, "BlockSpec"]:
+def _mlp(flow: Dataflow, cfg: Config) -> dict[str, BlockSpec]:
     specs = {}
     for b in flow.forwards:
         n_in, sink = len(flow.in_edges[b]), b in flow.sinks
@@ -311,7 +311,7 @@ def example(kind: str, placement: Placement, config: Config | None = None, seed:
     if kind not in MODELS:
         raise ValueError(f"unknown model {kind!r}; known: {', '.join(MODELS)}")
     ex = Example(kind, placement, config or Config(), seed)
-    ex.specs  # bind now: a placement the model cannot use fails here, naming the reason
+    _ = ex.specs  # bind now: a placement the model cannot use fails here, naming the reason
     return ex
 
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from ..placement import PlacementError, atomic_write
 from .dataflow import Dataflow

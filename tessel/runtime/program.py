@@ -16,8 +16,8 @@ transport that matches messages by order (NCCL) pairs them the same way as one m
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
 
 from ..placement import Placement
 from ..schedule import Schedule, ScheduleError
@@ -82,7 +82,7 @@ class Programs:
     def compute_orders(self) -> list[list[Key]]:
         return [[(i.block, i.micro_batch) for i in prog if i.is_compute] for prog in self.ranks]
 
-    def check(self) -> "Programs":
+    def check(self) -> Programs:
         """Raise ScheduleError/DeadlockError unless every rank's program can run to its end."""
         check_programs(self)
         return self

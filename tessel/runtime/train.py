@@ -8,8 +8,9 @@ the loss and each of its parameters' gradients with the reference's (its shard o
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -37,7 +38,7 @@ class TrainJob:
     config: Config = field(default_factory=Config)
 
     @staticmethod
-    def of(model: str, schedule: Schedule, **kw: Any) -> "TrainJob":
+    def of(model: str, schedule: Schedule, **kw: Any) -> TrainJob:
         return TrainJob(model, schedule.to_dict(), **kw)
 
 
@@ -68,10 +69,10 @@ class RankReport:
     steps: tuple[StepReport, ...]
 
 
-def train(job: TrainJob, options: Options = Options()) -> list[RankReport]:
+def train(job: TrainJob, options: Options | None = None) -> list[RankReport]:
     """Launch the job on as many local processes as its placement has devices."""
     devices = job.schedule["placement"]["devices"]
-    return [reports[0] for reports in launch(run_jobs, devices, ([job],), options)]
+    return [reports[0] for reports in launch(run_jobs, devices, ([job],), options or Options())]
 
 
 def run_jobs(ctx: Context, jobs: Sequence[TrainJob]) -> list[RankReport]:

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 from .. import bounds
 from ..timing import earliest_starts, orders_from_starts
@@ -77,7 +77,7 @@ def add_tasks(m: Model, problem: Problem, free: Mapping[Key, tuple[int, int]], f
     every other task: the memory events of a micro-batch the model touches are all counted."""
     for (b, k), (lo, hi) in free.items():
         m.occupy(m.int_var((b, k), lo, hi), problem.duration[b], problem.devices_of[b])
-    for (b, k), s in fixed.items():
+    for (b, _k), s in fixed.items():
         m.occupy(s, problem.duration[b], problem.devices_of[b])
     for a, b in problem.units.edges:
         for k in {k for (x, k) in free if x == b}:

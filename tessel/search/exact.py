@@ -11,7 +11,7 @@ the times of a device's events), and keeps every dependency.
 """
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from .completion import add_tasks
 from .problem import Key, Problem

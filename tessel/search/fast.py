@@ -17,7 +17,7 @@ memory fits; the solver then only polishes the span within the time limit (pipel
 from __future__ import annotations
 
 import logging
-from typing import Sequence
+from collections.abc import Sequence
 
 from .modulo import Modulo, fits
 from .problem import Problem

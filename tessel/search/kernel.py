@@ -7,8 +7,8 @@ micro-batches on. The caller confirms with a real unroll that the tasks around i
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections.abc import Iterator, Mapping
 from itertools import accumulate
-from typing import Iterator, Mapping
 
 from .problem import Key
 

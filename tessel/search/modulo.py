@@ -11,9 +11,9 @@ Q * period + rho, rho in [0, period); at equal phases releases count first, as i
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Mapping
 
 from .problem import Key, Problem
 
@@ -28,7 +28,7 @@ class Modulo:
     copies: int = 1
 
     @staticmethod
-    def from_starts(period: int, starts: Mapping[Slot, int], copies: int = 1) -> "Modulo":
+    def from_starts(period: int, starts: Mapping[Slot, int], copies: int = 1) -> Modulo:
         """The repetend of the pattern's start times, shifted so the earliest starts at 0."""
         t0 = min(starts.values())
         return Modulo(period, {x: (s - t0) % period for x, s in starts.items()},

@@ -10,10 +10,10 @@ of two or integers so that grid times are exact in floating point (see _time_res
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from fractions import Fraction
 from functools import cached_property
-from typing import Mapping, Sequence
 
 from .. import bounds
 from ..placement import Number, Placement

@@ -12,8 +12,9 @@ import logging
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Hashable, Iterable, Mapping, Sequence
+from typing import Any
 
 from ortools.sat.python import cp_model
 

@@ -8,9 +8,10 @@ figures absent, when the method does not apply to the placement). `plot_scaling`
 from __future__ import annotations
 
 from collections import defaultdict
-from textwrap import shorten
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from textwrap import shorten
+from typing import Any
 
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure

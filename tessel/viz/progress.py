@@ -12,8 +12,9 @@ such a callable: on a terminal it keeps one rich line up to date; when stdout is
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from types import TracebackType
-from typing import Any, Mapping
+from typing import Any
 
 from rich.console import Console
 from rich.live import Live
@@ -53,7 +54,7 @@ class ProgressLine:
         self._closed = False
         self._spinner = Spinner("dots")
 
-    def __enter__(self) -> "ProgressLine":
+    def __enter__(self) -> ProgressLine:
         self._t0 = time.monotonic()
         self._start()
         return self
