@@ -1,6 +1,6 @@
 """Named placements of the paper, as functions of the device count and the block costs.
 
-With their defaults they give the public suite's placements (`bench/suite.json`) block for
+With their defaults they give the public suite's placements (`../shared/bench/suite.json`, beside the repo) block for
 block: the same ids, kinds, durations, memory, devices and edges. Costs: `forward` and
 `backward` are the durations of a pipeline stage's blocks, `shard` the duration of a block on all
 devices (forward and backward alike), `memory` the activation a stage keeps, `latency` the

@@ -139,7 +139,7 @@ def shared_cores(p: Placement, micro_batches: int, orders: Sequence[Sequence[Key
     dur = dict(base)
     last = -1.0
     for _ in range(rounds):
-        starts = earliest_starts(p, micro_batches, orders, duration=lambda b, m, dur=dur: dur[(b, m)])
+        starts = earliest_starts(p, micro_batches, orders, duration=_lookup(dur))
         load = _mean_busy(p, starts, dur)
         dur = {k: (dur[k] + base[k] * max(1.0, load[k] / cores)) / 2 for k in dur}
         span = max(starts[k] + dur[k] for k in starts)
@@ -147,6 +147,10 @@ def shared_cores(p: Placement, micro_batches: int, orders: Sequence[Sequence[Key
             break
         last = span
     return dur
+
+
+def _lookup(dur: Mapping[Key, float]) -> Callable[[str, int], float]:
+    return lambda b, m: dur[(b, m)]
 
 
 def _mean_busy(p: Placement, starts: Mapping[Key, Number], dur: Mapping[Key, float]) -> dict[Key, float]:
@@ -158,9 +162,9 @@ def _mean_busy(p: Placement, starts: Mapping[Key, Number], dur: Mapping[Key, flo
         deltas[t + dur[(b, m)]] = deltas.get(t + dur[(b, m)], 0) - w
     times = sorted(deltas)
     area, level, acc = [0.0], 0, 0.0  # area[i]: integral of the busy count up to times[i]
-    for a, b in zip(times, times[1:]):
-        level += deltas[a]
-        acc += level * (b - a)
+    for t0, t1 in zip(times, times[1:]):
+        level += deltas[t0]
+        acc += level * (t1 - t0)
         area.append(acc)
 
     at = dict(zip(times, area))  # every start and end is a breakpoint
@@ -231,7 +235,7 @@ class Robustness:
         """Headers and rows, one per method, for a CLI table or a Markdown report."""
         heads = ["method", "nominal", "mean", "p95", "slowdown mean", "slowdown p95",
                  f"vs {self.reference} mean", f"vs {self.reference} p5..p95", f"{self.reference} wins"]
-        rows = [[m.method, m.nominal, round(m.makespan.mean, 4), round(m.makespan.p95, 4),
+        rows: list[list[object]] = [[m.method, m.nominal, round(m.makespan.mean, 4), round(m.makespan.p95, 4),
                  round(m.slowdown.mean, 4), round(m.slowdown.p95, 4), round(m.versus_reference.mean, 4),
                  f"{m.versus_reference.p5:.3f}..{m.versus_reference.p95:.3f}", f"{m.reference_wins:.0%}"]
                 for m in self.methods]

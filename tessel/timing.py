@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from .key import Key
 from .placement import Number, Placement
@@ -100,7 +101,7 @@ def _deadlock_message(p: Placement, orders: Orders, pos: list[int], end: Mapping
 
 def schedule_from_orders(p: Placement, micro_batches: int, orders: Orders,
                          memory_limit: Number | Sequence[Number] | None = None,
-                         repetend: Repetend | None = None, meta: Mapping | None = None,
+                         repetend: Repetend | None = None, meta: Mapping[str, Any] | None = None,
                          check: bool = True) -> Schedule:
     """The validated schedule that runs each device's order as early as possible."""
     starts = earliest_starts(p, micro_batches, orders)

@@ -18,7 +18,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from ..methods import METHODS, SEARCH_MODES
-from .figure import image_format, save_figure
+from .figure import image_format, root_figure, save_figure
 
 Row = Mapping[str, Any]
 # Colours go to the methods of the registry in its order (search modes first, then baselines),
@@ -26,7 +26,7 @@ Row = Mapping[str, Any]
 # greens for the search modes, none close to the bound's red.
 SEARCH_PALETTE = ("#4C78A8", "#72B7B2", "#54A24B")
 BASELINE_PALETTE = ("#9D755D", "#B279A2", "#EECA3B", "#FF9DA6", "#79706E", "#BAB0AC",
-                    "#F58518", "#E45756", "#8C6D31", "#637939")
+                    "#BCBD22", "#8C6D31", "#637939", "#7B4173")
 SEARCH_COLORS = dict(zip(SEARCH_MODES, SEARCH_PALETTE))
 BASELINE_COLORS = dict(zip([m for m in METHODS if m not in SEARCH_MODES], BASELINE_PALETTE))
 OTHER_COLOR = "#A0A0A0"
@@ -88,7 +88,7 @@ def _makespan_bars(ax: Axes, rows: Sequence[Row]) -> None:
     ax.set_yticks(ys, [str(r["method"]) for r in rows], fontsize=9)
     # room right of the longest bar for its label: the label's inches over the panel's inches
     label_in = max((len(_label(r)) for r in ok), default=0) * 8 * 0.55 / 72
-    panel_in = ax.get_position().width * ax.figure.get_figwidth()
+    panel_in = ax.get_position().width * root_figure(ax).get_figwidth()
     ax.set_xlim(0, top / max(0.3, 1 - label_in / panel_in - 0.02))
     ax.set_ylim(-0.6, len(rows) - 0.4)
     ax.set_xlabel("makespan")

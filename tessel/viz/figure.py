@@ -4,6 +4,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.backends.backend_svg import FigureCanvasSVG
 from matplotlib.figure import Figure
@@ -12,6 +13,12 @@ from ..placement import atomic_write
 
 CANVAS = {".png": FigureCanvasAgg, ".svg": FigureCanvasSVG}
 KIND_COLORS = {"forward": "#4C78A8", "backward": "#F58518", "weight": "#54A24B", "other": "#B279A2"}
+
+
+def root_figure(ax: Axes) -> Figure:
+    """The Figure an axes is drawn on, through a SubFigure when it is on one."""
+    fig = ax.figure
+    return fig if isinstance(fig, Figure) else fig.figure
 
 
 def image_format(path: str | Path) -> str:

@@ -29,7 +29,7 @@ from matplotlib.transforms import Transform, offset_copy
 
 from ..placement import KINDS
 from ..schedule import EPS, Schedule
-from .figure import KIND_COLORS, image_format, save_figure
+from .figure import KIND_COLORS, image_format, root_figure, save_figure
 
 HALF = 0.4  # half the height of a device row's boxes, in row units
 BANDS_UP_TO = 8  # devices: one memory band each; more share one plot, coloured by device
@@ -143,8 +143,8 @@ def gantt_figure(s: Schedule, title: str | None = None) -> Figure:
     return fig
 
 
-def _rect(lay: Layout, bottom: float, height: float) -> list[float]:
-    return [lay.left / lay.width, bottom / lay.height, lay.axes_width / lay.width, height / lay.height]
+def _rect(lay: Layout, bottom: float, height: float) -> tuple[float, float, float, float]:
+    return (lay.left / lay.width, bottom / lay.height, lay.axes_width / lay.width, height / lay.height)
 
 
 def _row(devices: int, d: int) -> int:
@@ -260,7 +260,7 @@ def _draw_phases(gantt: Axes, memory: Axes, ph: Phases, window: tuple[float, flo
 
 def _above(ax: Axes, points: float) -> Transform:
     """x in data, y in axes fraction, shifted up by `points`: fixed spacing at any axes height."""
-    return offset_copy(ax.get_xaxis_transform(), fig=ax.figure, y=points, units="points")
+    return offset_copy(ax.get_xaxis_transform(), fig=root_figure(ax), y=points, units="points")
 
 
 def _draw_memory(ax: Axes, s: Schedule, lay: Layout, window: tuple[float, float]) -> bool:
@@ -287,9 +287,10 @@ def _memory_bands(ax: Axes, s: Schedule, levels: list[tuple[np.ndarray, np.ndarr
         ys = base + 2 * HALF * level / scale
         ax.fill_between(times, base, ys, step="post", color=LEVEL_COLOR, alpha=0.35, lw=0, zorder=2)
         ax.step(times, ys, where="post", color=LEVEL_COLOR, lw=0.8, zorder=3)
-        if limits[d] is not None:
-            ax.axhline(base + 2 * HALF * limits[d] / scale, color=LIMIT_COLOR, lw=1, ls="--", zorder=4)
-        note = f"{peaks[d]:g}" + (f" / {limits[d]:g}" if limits[d] is not None else "")
+        lim = limits[d]
+        if lim is not None:
+            ax.axhline(base + 2 * HALF * lim / scale, color=LIMIT_COLOR, lw=1, ls="--", zorder=4)
+        note = f"{peaks[d]:g}" + (f" / {lim:g}" if lim is not None else "")
         ax.text(1.005, _row(n, d), note, transform=ax.get_yaxis_transform(), ha="left",
                 va="center", fontsize=fontsize, color="#333333")
     ax.text(1.005, 1.0, "peak / limit", transform=ax.transAxes, ha="left", va="bottom",
@@ -311,9 +312,10 @@ def _memory_lines(ax: Axes, s: Schedule, levels: list[tuple[np.ndarray, np.ndarr
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)
     ax.tick_params(axis="y", labelsize=7)
-    cax = ax.figure.add_axes([(lay.width - lay.right + 0.12) / lay.width, lay.bottom / lay.height,
-                              0.12 / lay.width, lay.memory_height / lay.height])
-    bar = ax.figure.colorbar(ScalarMappable(norm, cmap), cax=cax)
+    fig = root_figure(ax)
+    cax = fig.add_axes(((lay.width - lay.right + 0.12) / lay.width, lay.bottom / lay.height,
+                        0.12 / lay.width, lay.memory_height / lay.height))
+    bar = fig.colorbar(ScalarMappable(norm, cmap), cax=cax)
     bar.set_label("device", fontsize=7)
     bar.ax.tick_params(labelsize=6)
     return any(x is not None for x in limits)

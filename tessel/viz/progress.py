@@ -68,8 +68,8 @@ class ProgressLine:
     def __rich__(self) -> Text:
         # rendered by Live's refresh thread: the elapsed time ticks between updates; one line,
         # cut to the terminal's width, since a wrapped line would leave stale rows behind
-        text = Text.assemble(self._spinner.render(self.console.get_time()),
-                             f" {self.label}  {self.line()}")
+        frame = self._spinner.render(self.console.get_time())  # a Text in practice
+        text = Text.assemble(frame if isinstance(frame, (str, Text)) else "", f" {self.label}  {self.line()}")
         text.truncate(max(1, self.console.width - 1), overflow="ellipsis")
         return text
 
