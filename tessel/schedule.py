@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
@@ -61,6 +62,18 @@ class Kernel:
     def whole(self) -> bool:
         """Whether the window holds a whole, non-zero number of micro-batches' tasks."""
         return self.shift >= 1 and len(self.tasks) % self.blocks == 0
+
+
+def windows(times: Sequence[Number], period: Number, size: int) -> Iterator[tuple[int, int]]:
+    """Candidate repetend windows among sorted task starts: index ranges [i, j) where
+    [times[i], times[i] + period) holds exactly `size` tasks; each distinct start once, earliest
+    first. Searches and baselines pick among these and confirm with a real unroll."""
+    i = 0
+    while i < len(times):
+        j = bisect_left(times, times[i] + period - EPS)
+        if j - i == size:
+            yield i, j
+        i = bisect_right(times, times[i])
 
 
 def normalise_limit(limit: Number | Sequence[Number] | None, devices: int) -> tuple[Number, ...] | None:

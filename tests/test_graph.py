@@ -13,6 +13,7 @@ from tessel.baselines.schedules import one_f_one_b
 from tessel.baselines.shapes import components as block_components
 from tessel.numeric import fmt, integral, rounded, snap
 from tessel.placement import Block, make_placement
+from tessel.schedule import windows
 from tessel.search.problem import least_memory, make_problem
 
 Graph = tuple[list[str], list[tuple[str, str]]]
@@ -158,3 +159,13 @@ def test_kernel_is_the_window_unroll_repeats() -> None:
     assert longer.makespan == s.makespan + 2 * rep.period
     bare = replace(s, repetend=None)
     assert bare.kernel() is None
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.integers(0, 30), max_size=25), st.integers(1, 8), st.integers(1, 6))
+def test_windows_are_the_spans_holding_exactly_size_tasks(raw: list[int], period: int, size: int) -> None:
+    times = sorted(raw)
+    got = [(times[i], j - i) for i, j in windows(times, period, size)]
+    want = [(t, size) for t in sorted(set(times)) if sum(t <= x < t + period for x in times) == size]
+    assert got == want
+    assert all(times[i] != times[i - 1] for i, _ in windows(times, period, size) if i)

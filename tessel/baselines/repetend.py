@@ -7,12 +7,11 @@ makes for N + k and N + 2k. Nothing is assumed: a window is kept only when that 
 """
 from __future__ import annotations
 
-import bisect
 import logging
 from collections.abc import Callable
 from dataclasses import replace
 
-from ..schedule import EPS, Repetend, Schedule, ScheduleError, unroll
+from ..schedule import EPS, Repetend, Schedule, ScheduleError, unroll, windows
 
 log = logging.getLogger(__name__)
 TRIES = 24
@@ -32,8 +31,9 @@ def detect(make: Callable[[int], Schedule], n: int, shift: int) -> Repetend | No
     starts = sorted(t.start for t in base.tasks)
     want = shift * len(base.placement.blocks)
     middle = base.makespan / 2
+    fit = {starts[i] for i, _ in windows(starts, period, want)}
     for c in sorted(set(starts), key=lambda x: abs(x - middle))[:TRIES]:
-        if bisect.bisect_left(starts, c + period - EPS) - bisect.bisect_left(starts, c - EPS) != want:
+        if c not in fit:
             continue
         rep = Repetend(period, c, c + period)
         cand = replace(base, repetend=rep)

@@ -11,6 +11,7 @@ from collections.abc import Iterator, Mapping
 from itertools import accumulate
 
 from ..key import Key
+from ..schedule import windows
 
 
 def kernel_starts(starts: Mapping[Key, int], micro_batches: int, blocks: int, period: int,
@@ -21,13 +22,8 @@ def kernel_starts(starts: Mapping[Key, int], micro_batches: int, blocks: int, pe
     bad = [0] + list(accumulate(
         int(k + shift >= micro_batches or starts.get((b, k + shift)) != s + period) for s, k, b in items))
     size = shift * blocks
-    seen = set()
-    for i, s in enumerate(times):
-        if s in seen:
+    for i, j in windows(times, period, size):
+        if bad[j] - bad[i]:
             continue
-        seen.add(s)
-        j = bisect_left(times, s + period)
-        if j - i != size or bad[j] - bad[i]:
-            continue
-        if bisect_left(times, s + 2 * period) - j == size:
-            yield s
+        if bisect_left(times, times[i] + 2 * period) - j == size:
+            yield times[i]
