@@ -24,7 +24,7 @@ from .common import (
 from .outputs import add_output_args, picture_path, write_outputs
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("placements", help="list the built-in placements",
                        description="List the built-in placements (use them by name wherever a PLACEMENT goes).")
     p.set_defaults(func=_placements)

@@ -3,7 +3,9 @@ schedule's orders with other costs: noise, latency, profiled durations; robustne
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from ..schedule import Schedule
 from .common import UsageError, fmt, positive_int, print_summary, print_table
@@ -11,13 +13,13 @@ from .outputs import add_output_args, write_outputs
 from .runtime import MODEL_NAMES
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     _register_profile(sub)
     _register_simulate(sub)
 
 
 # ---- profile -------------------------------------------------------------------------------------
-def _register_profile(sub: argparse._SubParsersAction) -> None:
+def _register_profile(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("profile", help="measure a model's blocks into a placement (ms, MiB)",
                        description="Measure forward/backward time, activation memory and message sizes of "
                                    "an example model's blocks on this machine; write a placement JSON.")
@@ -67,7 +69,7 @@ def _profile(args: argparse.Namespace) -> int:
 
 
 # ---- simulate ------------------------------------------------------------------------------------
-def _register_simulate(sub: argparse._SubParsersAction) -> None:
+def _register_simulate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("simulate", help="replay a schedule's orders with noisy, profiled or communicating costs",
                        description="Replay each device's task order of SCHEDULE with other durations and "
                                    "latency; print the new figures, or with --trials the makespan "
@@ -128,7 +130,7 @@ def _simulate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _name(path: str, s: Schedule, taken: dict) -> str:
+def _name(path: str, s: Schedule, taken: Mapping[str, Any]) -> str:
     """The method that made the schedule, or its file name when that is missing or taken."""
     method = s.meta.get("method")
     return method if isinstance(method, str) and method not in taken else Path(path).name
