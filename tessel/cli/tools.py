@@ -7,16 +7,16 @@ from pathlib import Path
 
 from ..schedule import Schedule
 from .common import UsageError, fmt, positive_int, print_summary, print_table
-from .outputs import add_output_args, write_outputs
+from .outputs import add_output_args, output_path, write_outputs
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     _register_profile(sub)
     _register_simulate(sub)
 
 
 # ---- profile -------------------------------------------------------------------------------------
-def _register_profile(sub: argparse._SubParsersAction) -> None:
+def _register_profile(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("profile", help="measure a model's blocks into a placement (ms, MiB)",
                        description="Measure forward/backward time, activation memory and message sizes of "
                                    "an example model's blocks on this machine; write a placement JSON.")
@@ -35,7 +35,8 @@ def _register_profile(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--bandwidth", type=float, metavar="BYTES_PER_S",
                    help="link bandwidth for the latency of cross-device edges (default: latency 0)")
     p.add_argument("--alpha", type=float, default=0.0, metavar="SECONDS", help="per-message start-up time")
-    p.add_argument("-o", "--output", metavar="FILE", required=True, help="write the placement JSON here")
+    p.add_argument("-o", "--output", metavar="FILE", type=output_path, required=True,
+                   help="write the placement JSON here")
     p.set_defaults(func=_profile)
 
 
@@ -66,7 +67,7 @@ def _profile(args: argparse.Namespace) -> int:
 
 
 # ---- simulate ------------------------------------------------------------------------------------
-def _register_simulate(sub: argparse._SubParsersAction) -> None:
+def _register_simulate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("simulate", help="replay a schedule's orders with noisy, profiled or communicating costs",
                        description="Replay each device's task order of SCHEDULE with other durations and "
                                    "latency; print the new figures, or with --trials the makespan "
@@ -127,7 +128,7 @@ def _simulate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _name(path: str, s: Schedule, taken: dict) -> str:
+def _name(path: str, s: Schedule, taken: dict[str, Schedule]) -> str:
     """The method that made the schedule, or its file name when that is missing or taken."""
     method = s.meta.get("method")
     return method if isinstance(method, str) and method not in taken else Path(path).name

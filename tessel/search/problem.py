@@ -16,6 +16,7 @@ from fractions import Fraction
 from functools import cached_property
 
 from .. import bounds
+from ..errors import TesselError
 from ..placement import Number, Placement
 from ..schedule import EPS, Repetend, Schedule, normalise_limit
 
@@ -26,7 +27,7 @@ MAX_LOAD_UNITS = 100_000
 APPROX_LOAD_UNITS = 10_000
 
 
-class MemoryLimitError(ValueError):
+class MemoryLimitError(TesselError):
     """No schedule can fit the memory limit; the message gives the least limit per device."""
 
 
