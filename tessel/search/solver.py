@@ -8,11 +8,12 @@ variables that were registered under a key.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +24,10 @@ log = logging.getLogger(__name__)
 Expr = Any  # an int, IntVar or linear expression of CP-SAT
 Progress = Callable[[dict[str, Any]], None]
 DEFAULT_WORKERS = 2
+
+# solves running now, so that a signal can stop them (see stop_all_solves)
+_running: set[cp_model.CpSolver] = set()
+_running_lock = threading.Lock()
 
 _STATUS = {cp_model.OPTIMAL: "optimal", cp_model.FEASIBLE: "feasible",
            cp_model.INFEASIBLE: "infeasible", cp_model.UNKNOWN: "unknown",
@@ -123,6 +128,8 @@ class Model:
         if time_limit is not None:
             solver.parameters.max_time_in_seconds = max(0.01, float(time_limit))
         solver.parameters.random_seed = 1
+        # a Ctrl-C must stop the command, not end the solve as if its time ran out
+        solver.parameters.catch_sigint_signal = False
         if prove:
             _proving(solver.parameters)
         t0 = time.perf_counter()
@@ -130,7 +137,8 @@ class Model:
         if self._objective is not None and (progress or stall):
             callback = _Reporter(progress, phase, t0, report)
         watcher = _Watcher(solver, callback, stall) if stall and callback else None
-        code = solver.solve(self.cp, callback)
+        with _registered(solver):
+            code = solver.solve(self.cp, callback)
         if watcher:
             watcher.done.set()
         status = _STATUS.get(code, "unknown")
@@ -144,6 +152,28 @@ class Model:
         values = {k: solver.value(v) for k, v in self.vars.items()}
         log.info("%s: %s objective %s bound %s in %.2fs", phase, status, obj, bound, seconds)
         return SolveResult(status, obj, bound, seconds, values)
+
+
+def stop_all_solves() -> int:
+    """Ask every running solve to stop now (from any thread); returns how many were running.
+    The CLI calls it when SIGINT/SIGTERM arrives: Python cannot run a signal handler while the
+    main thread is inside a solve."""
+    with _running_lock:
+        solvers = list(_running)
+    for s in solvers:
+        s.stop_search()
+    return len(solvers)
+
+
+@contextlib.contextmanager
+def _registered(solver: cp_model.CpSolver) -> Iterator[None]:
+    with _running_lock:
+        _running.add(solver)
+    try:
+        yield
+    finally:
+        with _running_lock:
+            _running.discard(solver)
 
 
 def _proving(params: Any) -> None:
