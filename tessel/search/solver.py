@@ -24,6 +24,7 @@ log = logging.getLogger(__name__)
 Expr = Any  # an int, IntVar or linear expression of CP-SAT
 Progress = Callable[[dict[str, Any]], None]
 DEFAULT_WORKERS = 2
+DETERMINISTIC = True
 
 # solves running now, so that a signal can stop them (see stop_all_solves)
 _running: set[cp_model.CpSolver] = set()
@@ -128,6 +129,8 @@ class Model:
         if time_limit is not None:
             solver.parameters.max_time_in_seconds = max(0.01, float(time_limit))
         solver.parameters.random_seed = 1
+        if DETERMINISTIC:
+            solver.parameters.interleave_search = True
         # a Ctrl-C must stop the command, not end the solve as if its time ran out
         solver.parameters.catch_sigint_signal = False
         if prove:
