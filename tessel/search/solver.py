@@ -24,7 +24,10 @@ log = logging.getLogger(__name__)
 Expr = Any  # an int, IntVar or linear expression of CP-SAT
 Progress = Callable[[dict[str, Any]], None]
 DEFAULT_WORKERS = 2
+# same inputs, same schedule: the subsolvers interleave deterministically and a stall is
+# measured in deterministic time; only a solve cut by the wall-clock time limit can differ
 DETERMINISTIC = True
+STALL_WORK = 0.5  # deterministic seconds of work a solve with a `stall` of one second may take
 
 # solves running now, so that a signal can stop them (see stop_all_solves)
 _running: set[cp_model.CpSolver] = set()
@@ -124,26 +127,23 @@ class Model:
         solution; progress gets {phase, objective, elapsed, ...report(objective)} per solution.
         `prove` favours closing the bound (the full LP relaxation) over finding solutions."""
         self._finish()
-        solver = cp_model.CpSolver()
-        solver.parameters.num_workers = max(1, int(workers or DEFAULT_WORKERS))
-        if time_limit is not None:
-            solver.parameters.max_time_in_seconds = max(0.01, float(time_limit))
-        solver.parameters.random_seed = 1
-        if DETERMINISTIC:
-            solver.parameters.interleave_search = True
-        # a Ctrl-C must stop the command, not end the solve as if its time ran out
-        solver.parameters.catch_sigint_signal = False
-        if prove:
-            _proving(solver.parameters)
         t0 = time.perf_counter()
+        solver = _solver(time_limit, workers, prove)
+        deterministic_stall = bool(stall) and DETERMINISTIC
+        if stall and deterministic_stall:
+            # a budget of work instead of a wall-clock stall: the same on a loaded machine
+            solver.parameters.max_deterministic_time = float(stall) * STALL_WORK
         callback = None
         if self._objective is not None and (progress or stall):
             callback = _Reporter(progress, phase, t0, report)
-        watcher = _Watcher(solver, callback, stall) if stall and callback else None
+        watcher = _Watcher(solver, callback, stall) if stall and callback and not deterministic_stall else None
         with _registered(solver):
             code = solver.solve(self.cp, callback)
         if watcher:
             watcher.done.set()
+        return self._result(solver, code, phase, t0)
+
+    def _result(self, solver: cp_model.CpSolver, code: Any, phase: str, t0: float) -> SolveResult:
         status = _STATUS.get(code, "unknown")
         seconds = time.perf_counter() - t0
         if status not in ("optimal", "feasible"):
@@ -155,6 +155,22 @@ class Model:
         values = {k: solver.value(v) for k, v in self.vars.items()}
         log.info("%s: %s objective %s bound %s in %.2fs", phase, status, obj, bound, seconds)
         return SolveResult(status, obj, bound, seconds, values)
+
+
+def _solver(time_limit: float | None, workers: int | None, prove: bool) -> cp_model.CpSolver:
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = max(1, int(workers or DEFAULT_WORKERS))
+    if time_limit is not None:
+        solver.parameters.max_time_in_seconds = max(0.01, float(time_limit))
+    solver.parameters.random_seed = 1
+    if DETERMINISTIC:
+        # one deterministic interleaving of the subsolvers, whatever the worker count
+        solver.parameters.interleave_search = True
+    # a Ctrl-C must stop the command, not end the solve as if its time ran out
+    solver.parameters.catch_sigint_signal = False
+    if prove:
+        _proving(solver.parameters)
+    return solver
 
 
 def stop_all_solves() -> int:
