@@ -5,7 +5,6 @@ runtime) reads it and never changes it.
 """
 from __future__ import annotations
 
-import heapq
 import json
 import logging
 import math
@@ -20,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from . import graph
 from .errors import LimitError, OutputError, PlacementError, TesselError, quote
 
 log = logging.getLogger(__name__)
@@ -99,21 +99,8 @@ class Placement:
         return tuple(self.topo_sorted(rank.__getitem__))
 
     def topo_sorted(self, key: Callable[[str], Any]) -> list[str]:
-        """A dependency order that, among the blocks ready at each step, takes the least `key`
-        (ties by declaration order); a heap keeps it O((V + E) log V)."""
-        rank = {b.id: i for i, b in enumerate(self.blocks)}
-        indeg = {b.id: len(self.preds[b.id]) for b in self.blocks}
-        ready = [(key(i), rank[i], i) for i, n in indeg.items() if n == 0]
-        heapq.heapify(ready)
-        order: list[str] = []
-        while ready:
-            x = heapq.heappop(ready)[2]
-            order.append(x)
-            for y in self.succs[x]:
-                indeg[y] -= 1
-                if indeg[y] == 0:
-                    heapq.heappush(ready, (key(y), rank[y], y))
-        return order
+        """A dependency order that, among the blocks ready at each step, takes the least `key`."""
+        return graph.topo_sorted([b.id for b in self.blocks], self.succs, key)
 
     def edge_latency(self, a: str, b: str) -> Number:
         """Transfer time of edge a -> b: the placement latency when the device sets differ."""
@@ -285,31 +272,8 @@ def _check_grad_of(p: Placement, b: Block) -> None:
 
 def find_cycle(p: Placement) -> list[str]:
     """One dependency cycle as a list of block ids, or [] when the graph is acyclic."""
-    succ: dict[str, list[str]] = {b.id: [] for b in p.blocks}
-    for a, b in p.edges:
-        succ[a].append(b)
-    color = {k: 0 for k in succ}
-    for root in succ:
-        if color[root]:
-            continue
-        stack: list[tuple[str, int]] = [(root, 0)]
-        path: list[str] = []
-        while stack:
-            node, i = stack.pop()
-            if i == 0:
-                color[node] = 1
-                path.append(node)
-            if i < len(succ[node]):
-                stack.append((node, i + 1))
-                nxt = succ[node][i]
-                if color[nxt] == 1:
-                    return path[path.index(nxt):]
-                if color[nxt] == 0:
-                    stack.append((nxt, 0))
-            else:
-                color[node] = 2
-                path.pop()
-    return []
+    ids = [b.id for b in p.blocks]
+    return graph.find_cycle(ids, graph.successors(ids, p.edges))
 
 
 def _memory_warnings(p: Placement) -> list[str]:

@@ -40,9 +40,10 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from .errors import TesselError
+from .key import Key
 from .placement import Block, Number, Placement, PlacementError, make_placement
 from .schedule import Schedule
-from .timing import Key, earliest_starts, orders_of
+from .timing import earliest_starts, orders_of
 
 log = logging.getLogger(__name__)
 

@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
+from ..numeric import fmt as fmt
+from ..numeric import integral as _number
 from ..placement import MAX_DEVICES, MAX_VALUE, Placement, in_range, load_placement
 from ..schedule import Schedule, check_task_count
 
@@ -74,10 +76,6 @@ def refuse_built_in_options(args: argparse.Namespace, ref: str) -> None:
                          "(edit the file, or give a built-in placement name)")
 
 
-def _number(x: float) -> int | float:
-    return int(x) if float(x).is_integer() else x
-
-
 def add_memory_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--memory", type=parse_memory, metavar="M",
                    help="memory limit: one number for every device, or a comma list per device")
@@ -114,14 +112,6 @@ def positive_int(text: str) -> int:
     if v < 1 or len(text) > 40:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text[:200]!r}")
     return v
-
-
-def fmt(x: Any) -> str:
-    if isinstance(x, float):
-        return f"{x:.4g}" if not x.is_integer() else str(int(x))
-    if isinstance(x, (list, tuple)):
-        return ",".join(fmt(v) for v in x)
-    return "-" if x is None else str(x)
 
 
 def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], title: str | None = None) -> None:
