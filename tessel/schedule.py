@@ -400,11 +400,9 @@ def _repetend_doubt(s: Schedule) -> str | None:
     schedule is valid and unrolling it by one more period gives a valid schedule."""
     if s.violations(1):
         return "the schedule is invalid"
+    kernel = s.kernel()
     try:
-        rep = s.repetend
-        assert rep is not None
-        shift = sum(1 for t in s.tasks if rep.start - EPS <= t.start < rep.end - EPS) // len(s.placement.blocks)
-        s.unroll(s.micro_batches + max(shift, 1), check=True)
+        s.unroll(s.micro_batches + max(kernel.shift if kernel else 1, 1), check=True)
     except ScheduleError as e:
         return str(e)[:200]
     return None
