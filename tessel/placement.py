@@ -365,12 +365,14 @@ def read_document(path: str | Path) -> Any:
     p = Path(path)
     where = quote(str(p)).strip("'\"")
     try:
-        size = p.stat().st_size
-        if size > MAX_DOCUMENT_BYTES:
-            raise LimitError(f"{where}: {size:,} bytes, more than the {MAX_DOCUMENT_BYTES:,} accepted")
-        text = p.read_text()
+        with p.open("rb") as f:  # at most one byte over the limit, even from /dev/zero
+            data = f.read(MAX_DOCUMENT_BYTES + 1)
     except OSError as e:
         raise PlacementError(f"cannot read {where}: {e.strerror or e}") from None
+    if len(data) > MAX_DOCUMENT_BYTES:
+        raise LimitError(f"{where}: more than the {MAX_DOCUMENT_BYTES:,} bytes accepted")
+    try:
+        text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise PlacementError(f"{where}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     try:

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from ..errors import QUOTE_CHARS, TesselError
+from ..errors import QUOTE_CHARS, TesselError, quote
 from .interrupt import Interrupted, catch_signals
 from .pipes import PipeSafe
 
@@ -79,7 +79,8 @@ def _run(argv: Sequence[str] | None) -> int:
         print(f"tessel: error: {_one_line(str(e))}", file=sys.stderr)
         return EXIT_USAGE
     except OSError as e:  # files the user named: missing, unreadable, a full disk
-        print(f"tessel: error: {_one_line(str(e))}", file=sys.stderr)
+        text = f"{quote(str(e.filename))}: {e.strerror}" if e.filename and e.strerror else str(e)
+        print(f"tessel: error: {_one_line(text)}", file=sys.stderr)
         return EXIT_USAGE
 
 

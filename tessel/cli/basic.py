@@ -17,6 +17,7 @@ from .common import (
     add_memory_arg,
     add_placement_args,
     fmt,
+    is_file_ref,
     positive_int,
     print_summary,
     print_table,
@@ -80,7 +81,7 @@ def _placements(args: argparse.Namespace) -> int:
 
 def _schedule_document(ref: str) -> dict[str, Any] | None:
     """The parsed file when `ref` is a schedule file, else None (a placement name or file)."""
-    if not (Path(ref).is_file() and ref.endswith(".json")):
+    if not (ref.endswith(".json") and is_file_ref(ref) and Path(ref).is_file()):
         return None
     doc = read_document(ref)
     return doc if isinstance(doc, dict) and doc.get("format") == FORMAT else None

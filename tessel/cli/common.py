@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import UsageError
+from ..errors import UsageError, quote
 from ..numeric import fmt as fmt
 from ..numeric import integral as _number
 from ..placement import MAX_DEVICES, MAX_VALUE, Placement, in_range, load_placement
@@ -50,6 +50,9 @@ def _placement(args: argparse.Namespace) -> Placement:
         p = load_placement(ref)
         return p.inference() if args.infer else p
     from .. import library
+    if ref not in library.PLACEMENTS:
+        raise UsageError(f"unknown placement {quote(ref)} (and no such file); "
+                         f"built-in: {', '.join(library.PLACEMENTS)}")
     devices = DEFAULT_DEVICES if args.devices is None else args.devices
     if not 1 <= devices <= MAX_DEVICES:
         raise UsageError(f"--devices must be 1..{MAX_DEVICES}, got {devices}")
@@ -63,7 +66,11 @@ def _placement(args: argparse.Namespace) -> Placement:
 
 
 def is_file_ref(ref: str) -> bool:
-    return Path(ref).exists() or ref.endswith((".json", ".yaml", ".yml"))
+    try:
+        exists = Path(ref).exists()
+    except OSError:  # a name too long for the file system is no file
+        exists = False
+    return exists or ref.endswith((".json", ".yaml", ".yml"))
 
 
 def refuse_built_in_options(args: argparse.Namespace, ref: str) -> None:
