@@ -20,7 +20,7 @@ from .interrupt import Interrupted, catch_signals
 from .pipes import PipeSafe
 
 COMMAND_MODULES = ("basic", "search", "runtime", "tools")
-EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
+EXIT_USAGE = 2  # bad input; 1 is an invalid schedule or a bug, 128 + N signal N
 
 
 class Parser(argparse.ArgumentParser):
@@ -44,13 +44,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    with catch_signals(), PipeSafe():
-        try:
+    try:
+        with catch_signals(), PipeSafe():
             return _run(argv)
-        except Interrupted as e:
-            signum = e.signum
-        except KeyboardInterrupt:  # a SIGINT before the handler was in place
-            signum = 2
+    except Interrupted as e:
+        signum = e.signum
+    except KeyboardInterrupt:  # a SIGINT before the handler was in place
+        signum = 2
     print("tessel: interrupted", file=sys.stderr)
     if argv is None:  # the real command line: skip the interpreter's slow teardown
         _exit_now(128 + signum)
