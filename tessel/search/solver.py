@@ -23,10 +23,12 @@ log = logging.getLogger(__name__)
 
 Expr = Any  # an int, IntVar or linear expression of CP-SAT
 Progress = Callable[[dict[str, Any]], None]
-DEFAULT_WORKERS = 2
-# same inputs, same schedule: the subsolvers interleave deterministically and a stall is
-# measured in deterministic time; only a solve cut by the wall-clock time limit can differ
-DETERMINISTIC = True
+# Same inputs, same schedule: one worker runs one deterministic search (CP-SAT's parallel
+# portfolio does not; its interleaved mode is deterministic but failed to find repetends of
+# several micro-batches that one worker finds in seconds), and a stall is a budget of the
+# solver's deterministic time, not of wall time. Only a solve cut by the wall-clock time limit
+# can differ between runs. More workers (--workers K) may be faster, and may differ run to run.
+DEFAULT_WORKERS = 1
 STALL_WORK = 0.5  # deterministic seconds of work a solve with a `stall` of one second may take
 
 # solves running now, so that a signal can stop them (see stop_all_solves)
@@ -129,7 +131,7 @@ class Model:
         self._finish()
         t0 = time.perf_counter()
         solver = _solver(time_limit, workers, prove)
-        deterministic_stall = bool(stall) and DETERMINISTIC
+        deterministic_stall = bool(stall) and solver.parameters.num_workers == 1
         if stall and deterministic_stall:
             # a budget of work instead of a wall-clock stall: the same on a loaded machine
             solver.parameters.max_deterministic_time = float(stall) * STALL_WORK
@@ -163,9 +165,6 @@ def _solver(time_limit: float | None, workers: int | None, prove: bool) -> cp_mo
     if time_limit is not None:
         solver.parameters.max_time_in_seconds = max(0.01, float(time_limit))
     solver.parameters.random_seed = 1
-    if DETERMINISTIC:
-        # one deterministic interleaving of the subsolvers, whatever the worker count
-        solver.parameters.interleave_search = True
     # a Ctrl-C must stop the command, not end the solve as if its time ran out
     solver.parameters.catch_sigint_signal = False
     if prove:
