@@ -22,9 +22,9 @@ STOP_REPEAT_S = 0.05  # a solve that was just starting when the signal came is s
 STOP_FOR_S = 3.0
 
 
-class Interrupted(BaseException):
-    """A signal asked the command to stop. A BaseException, so that `except Exception` in the
-    library does not swallow it."""
+class Interrupted(KeyboardInterrupt):
+    """A signal (SIGINT or SIGTERM) asked the command to stop. A KeyboardInterrupt, so that
+    `except Exception` does not swallow it and cleanup written for Ctrl-C runs for SIGTERM too."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(f"interrupted by signal {signum}")
