@@ -97,3 +97,51 @@ def test_show_of_a_fuzzed_file_is_a_picture_or_one_line(d: Any, tmp_path: Path,
         assert out.startswith("placement ") and err == ""
     else:
         assert rc == 2 and err.count("\n") == 1 and err.startswith("tessel: error: ")
+
+
+# ---- schedule documents: a valid one with a few fields changed ------------------------------------
+def _valid_schedule() -> dict[str, Any]:
+    from tessel import library
+    from tessel.baselines import BASELINES
+    return BASELINES["1f1b"](library.vshape(2), 3, 2).to_dict()
+
+
+@st.composite
+def schedule_document(draw: st.DrawFn) -> Any:
+    d = _valid_schedule()
+    for _ in range(draw(st.integers(1, 3))):
+        where = draw(st.sampled_from(["top", "task", "repetend", "placement"]))
+        value = draw(NUMBER | IDS | ANYTHING)
+        if where == "top":
+            key = draw(st.sampled_from(["format", "version", "micro_batches", "tasks", "memory_limit",
+                                        "repetend", "meta", "placement"]))
+            if draw(st.booleans()):
+                d.pop(key, None)
+            else:
+                d[key] = value
+        elif where == "task" and isinstance(d.get("tasks"), list) and d["tasks"]:
+            t = draw(st.sampled_from(d["tasks"]))
+            if isinstance(t, dict):
+                t[draw(st.sampled_from(["block", "micro_batch", "start"]))] = value
+        elif where == "repetend":
+            d["repetend"] = {"period": draw(NUMBER), "start": draw(NUMBER), "end": draw(NUMBER)}
+        elif isinstance(d.get("placement"), dict):
+            d["placement"][draw(st.sampled_from(["devices", "blocks", "edges", "latency"]))] = value
+    return d
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(d=schedule_document())
+def test_check_and_show_of_a_fuzzed_schedule_answer_0_1_or_2(d: Any, tmp_path: Path, capsys: Any) -> None:
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(d, allow_nan=True))
+    for command in ("check", "show"):
+        capsys.readouterr()
+        rc = main([command, str(path)])
+        _, err = capsys.readouterr()
+        assert rc in (0, 1, 2)
+        if rc == 2:
+            assert err.count("\n") == 1 and err.startswith("tessel: error: ")
+        if rc == 1:
+            assert "is invalid" in err and "Traceback" not in err
