@@ -162,7 +162,7 @@ def test_built_in_options_with_a_file_are_refused(tessel: Run, tmp_path: Path) -
     path = tmp_path / "p.json"
     library.vshape(2).save(path)
     sched = tmp_path / "s.json"
-    BASELINES["1f1b"](library.vshape(2), 4).save(sched)
+    BASELINES["1f1b"](library.vshape(2), 4, None).save(sched)
     for argv in (("show", path, "--devices", "8"), ("search", path, "-n", "4", "--devices", "4"),
                  ("baseline", "1f1b", path, "-n", "4", "--backward", "2"), ("show", sched, "--devices", "2")):
         one_error_line(*tessel(*argv), "shape(s) a built-in placement")
