@@ -25,6 +25,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from .errors import TesselError
 from .placement import Placement
 
 GIB = 1024 ** 3
@@ -72,7 +73,7 @@ def hardware(name: str) -> Hardware:
     try:
         return HARDWARE[name]
     except KeyError:
-        raise ValueError(f"unknown hardware {name!r}; known: {', '.join(HARDWARE)}") from None
+        raise TesselError(f"unknown hardware {name!r}; known: {', '.join(HARDWARE)}") from None
 
 
 # ---- communication -----------------------------------------------------------------------------
@@ -369,10 +370,10 @@ def stage_ranges(chain: Sequence[Unit], stages: int, balance: str = "even") -> l
     if balance == "cost":
         return _cost_ranges(chain, stages)
     if balance != "even":
-        raise ValueError(f"balance must be 'even' or 'cost', got {balance!r}")
+        raise TesselError(f"balance must be 'even' or 'cost', got {balance!r}")
     layers = [i for i, u in enumerate(chain) if u.layer]
     if len(layers) < stages:
-        raise ValueError(f"{len(layers)} layers cannot fill {stages} pipeline stages")
+        raise TesselError(f"{len(layers)} layers cannot fill {stages} pipeline stages")
     cuts = [layers[sum(split_even(len(layers), stages)[:k])] for k in range(1, stages)]
     bounds_ = [0, *cuts, len(chain)]
     return [range(bounds_[k], bounds_[k + 1]) for k in range(stages)]
@@ -386,7 +387,7 @@ def split_even(n: int, k: int) -> list[int]:
 def _cost_ranges(chain: Sequence[Unit], stages: int) -> list[range]:
     w = [u.cost((0,)).forward + u.cost((0,)).backward for u in chain]
     if len(w) < stages:
-        raise ValueError(f"{len(w)} units cannot fill {stages} pipeline stages")
+        raise TesselError(f"{len(w)} units cannot fill {stages} pipeline stages")
 
     def cuts_for(cap: float) -> list[int] | None:
         cuts, acc = [0], 0.0
@@ -406,7 +407,7 @@ def _cost_ranges(chain: Sequence[Unit], stages: int) -> list[range]:
         sizes = [(b - a, k) for k, (a, b) in enumerate(zip(cuts, cuts[1:] + [len(w)]))]
         size, k = max(sizes)
         if size < 2:
-            raise ValueError(f"{len(w)} units cannot fill {stages} pipeline stages")
+            raise TesselError(f"{len(w)} units cannot fill {stages} pipeline stages")
         cuts.insert(k + 1, cuts[k] + size // 2)
     ends = cuts[1:] + [len(w)]
     return [range(a, b) for a, b in zip(cuts, ends)]
@@ -475,7 +476,7 @@ def chain_model(name: str, chain: Sequence[Unit], devices: int, layout: str, hw:
     if layout == "tp":
         parts = tp_parts(chain, all_devices)
         return Model(f"{name}-tp", devices, tuple(parts), tuple(chain_edges(parts)), hw, training)
-    raise ValueError(f"layout {layout!r} is not one of {', '.join(LAYOUTS)}")
+    raise TesselError(f"layout {layout!r} is not one of {', '.join(LAYOUTS)}")
 
 
 # ---- paper-scale models ---------------------------------------------------------------------------
@@ -521,7 +522,7 @@ def mt5(devices: int, layout: str = "tessel", hw: Hardware = A100, hidden: int =
     messages carry the encoder's output along for cross-attention.
     """
     if devices < 2:
-        raise ValueError("the NN shape needs at least 2 devices")
+        raise TesselError("the NN shape needs at least 2 devices")
     enc = Shape(hidden, heads, enc_seq, micro_batch, ffn, gated=True, vocab=vocab)
     dec = Shape(hidden, heads, dec_seq, micro_batch, ffn, gated=True, vocab=vocab)
     n = layers or devices
@@ -558,7 +559,7 @@ def flava(devices: int, layout: str = "tessel", hw: Hardware = A100, hidden: int
     (sized by their cost), the fusion encoder tensor-parallel on all devices.
     """
     if devices < 2:
-        raise ValueError("the K shape needs at least 2 devices")
+        raise TesselError("the K shape needs at least 2 devices")
     img = Shape(hidden, heads, image_seq, micro_batch)
     txt = Shape(hidden, heads, text_seq, micro_batch)
     fus = Shape(hidden, heads, image_seq + text_seq, micro_batch)
@@ -686,7 +687,7 @@ def alphafold(devices: int, layout: str = "tessel", hw: Hardware = A100, evo: Ev
         parts = [Part(f"p{r}", every, no_grad(replace_weights(one, "evo"))) for r in range(recycles)]
         parts.append(Part("grad", every, replace_weights(one, "evo")))
         return Model("alphafold-tp", devices, tuple(parts), tuple(chain_edges(parts)), hw)
-    raise ValueError(f"layout {layout!r} is not one of {', '.join(LAYOUTS)}")
+    raise TesselError(f"layout {layout!r} is not one of {', '.join(LAYOUTS)}")
 
 
 def replace_weights(cost: BlockCost, key: str) -> BlockCost:

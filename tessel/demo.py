@@ -118,6 +118,7 @@ def _pictured(found: dict[str, Schedule]) -> list[str]:
 
 
 def _save(s: Schedule, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)  # atomic_write no longer creates directories
     s.save(path)
     return path
 

@@ -9,6 +9,7 @@ import json
 import logging
 import math
 import os
+import stat
 import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -16,16 +17,28 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from . import graph
+from .errors import LimitError, OutputError, PlacementError, TesselError, quote
 
 log = logging.getLogger(__name__)
 
 KINDS = ("forward", "backward", "weight", "other")
 Number = int | float
+__all__ = ["Block", "Placement", "PlacementError", "make_placement", "load_placement", "read_document"]
 
-
-class PlacementError(ValueError):
-    """A placement that breaks a rule of FORMAT.md; the message names the culprit."""
+# Input limits, checked before any work: far above every real placement, low enough that no
+# input makes a command hang or run out of memory.
+MAX_DOCUMENT_BYTES = 256 * 2**20
+MAX_DEPTH = 64  # nesting of a JSON/YAML document
+MAX_DEVICES = 4096
+MAX_BLOCKS = 100_000
+MAX_EDGES = 1_000_000
+MAX_PLACEMENTS = 1_000_000  # (block, device) pairs: a block on many devices counts once per device
+MAX_ID_CHARS = 200
+MAX_VALUE = 1e12  # largest duration, |memory|, latency, memory limit or start accepted
+MIN_DURATION = 1e-6  # far above the rules' tolerance (1e-9), so every task has a visible length
 
 
 @dataclass(frozen=True)
@@ -96,12 +109,20 @@ class Placement:
         return self.latency if set(self.by_id[a].devices) != set(self.by_id[b].devices) else 0
 
     def blocks_on(self, device: int) -> tuple[Block, ...]:
-        return tuple(b for b in self.blocks if device in b.devices)
+        return self._on_device[device] if 0 <= device < self.devices else ()
+
+    @cached_property
+    def _on_device(self) -> tuple[tuple[Block, ...], ...]:
+        on: list[list[Block]] = [[] for _ in range(self.devices)]
+        for b in self.blocks:
+            for d in b.devices:
+                on[d].append(b)
+        return tuple(tuple(x) for x in on)
 
     @cached_property
     def loads(self) -> tuple[Number, ...]:
         """Summed block durations per device: the least time one micro-batch costs it."""
-        return tuple(sum(b.duration for b in self.blocks_on(d)) for d in range(self.devices))
+        return tuple(sum(b.duration for b in on) for on in self._on_device)
 
     @property
     def is_training(self) -> bool:
@@ -145,7 +166,6 @@ class Placement:
     def save(self, path: str | Path) -> None:
         p = Path(path)
         if p.suffix in (".yaml", ".yml"):
-            import yaml
             atomic_write(p, yaml.safe_dump(self.to_dict(), sort_keys=False))
         else:
             atomic_write(p, json.dumps(self.to_dict(), indent=1))
@@ -164,50 +184,73 @@ def make_placement(name: str, devices: int, blocks: Iterable[Block],
 
 def validate(p: Placement) -> list[str]:
     """Check the rules of a placement; return warnings, raise PlacementError on an error."""
-    if p.devices < 1:
-        raise PlacementError(f"placement {p.name!r}: devices must be >= 1, got {p.devices}")
+    name = quote(p.name)
+    if not 1 <= p.devices <= MAX_DEVICES:
+        raise LimitError(f"placement {name}: devices must be 1..{MAX_DEVICES}, got {quote(p.devices)}")
     if not p.blocks:
-        raise PlacementError(f"placement {p.name!r} has no blocks")
-    if not _finite_nonneg(p.latency):
-        raise PlacementError(f"placement {p.name!r}: latency must be a number >= 0, got {p.latency!r}")
+        raise PlacementError(f"placement {name} has no blocks")
+    _check_sizes(name, len(p.blocks), len(p.edges))
+    if not in_range(p.latency, 0, MAX_VALUE):
+        raise PlacementError(f"placement {name}: latency must be a number >= 0 (at most {MAX_VALUE:g}), "
+                             f"got {quote(p.latency)}")
+    if sum(len(b.devices) if isinstance(b.devices, tuple) else 0 for b in p.blocks) > MAX_PLACEMENTS:
+        raise LimitError(f"placement {name}: blocks occupy more than {MAX_PLACEMENTS:,} (block, device) pairs")
     seen: set[str] = set()
-    for b in p.blocks:
-        _check_block(p, b, seen)
+    for blk in p.blocks:
+        _check_block(p, blk, seen)
     for a, b in p.edges:
         for end in (a, b):
-            if end not in seen:
-                raise PlacementError(f"edge {a} -> {b} names unknown block {end!r}")
+            if not isinstance(end, str) or end not in seen:
+                raise PlacementError(f"edge {_plain(a)} -> {_plain(b)} names unknown block {quote(end)}")
         if a == b:
             raise PlacementError(f"edge {a} -> {b} is a self-loop")
     cycle = find_cycle(p)
     if cycle:
         raise PlacementError("dependency cycle: " + " -> ".join(cycle + [cycle[0]]))
-    for b in p.blocks:
-        _check_grad_of(p, b)
+    for blk in p.blocks:
+        _check_grad_of(p, blk)
     return _memory_warnings(p)
 
 
-def _finite_nonneg(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= 0
+def _plain(x: Any) -> str:
+    """A short string as it is, anything else quoted and cut."""
+    return x if isinstance(x, str) and len(x) <= MAX_ID_CHARS else quote(x)
+
+
+def _check_sizes(name: str, blocks: int, edges: int) -> None:
+    if blocks > MAX_BLOCKS:
+        raise LimitError(f"placement {name}: {blocks:,} blocks, more than the {MAX_BLOCKS:,} accepted")
+    if edges > MAX_EDGES:
+        raise LimitError(f"placement {name}: {edges:,} edges, more than the {MAX_EDGES:,} accepted")
+
+
+def in_range(x: Any, lo: float, hi: float) -> bool:
+    """A real number (not a bool, not NaN or infinite, any size of int) with lo <= x <= hi."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return False
+    # comparing first keeps huge ints (10**400) away from float conversion
+    return lo <= x <= hi and (isinstance(x, int) or math.isfinite(x))
 
 
 def _check_block(p: Placement, b: Block, seen: set[str]) -> None:
-    if not isinstance(b.id, str) or not b.id:
-        raise PlacementError(f"block id must be a non-empty string, got {b.id!r}")
+    if not isinstance(b.id, str) or not b.id or len(b.id) > MAX_ID_CHARS:
+        raise PlacementError(f"block id must be a string of 1..{MAX_ID_CHARS} characters, got {quote(b.id)}")
     if b.id in seen:
         raise PlacementError(f"duplicate block id {b.id!r}")
     seen.add(b.id)
-    if b.kind not in KINDS:
-        raise PlacementError(f"block {b.id}: kind {b.kind!r} is not one of {', '.join(KINDS)}")
-    if not _finite_nonneg(b.duration) or b.duration <= 0:
-        raise PlacementError(f"block {b.id}: duration must be a positive number, got {b.duration!r}")
-    if not isinstance(b.memory, (int, float)) or isinstance(b.memory, bool) or not math.isfinite(b.memory):
-        raise PlacementError(f"block {b.id}: memory must be a number, got {b.memory!r}")
-    if not b.devices:
+    if not isinstance(b.kind, str) or b.kind not in KINDS:
+        raise PlacementError(f"block {b.id}: kind {quote(b.kind)} is not one of {', '.join(KINDS)}")
+    if not in_range(b.duration, MIN_DURATION, MAX_VALUE):
+        raise PlacementError(f"block {b.id}: duration must be a positive number, got {quote(b.duration)} "
+                             f"(accepted: {MIN_DURATION:g}..{MAX_VALUE:g})")
+    if not in_range(b.memory, -MAX_VALUE, MAX_VALUE):
+        raise PlacementError(f"block {b.id}: memory must be a number, got {quote(b.memory)} "
+                             f"(accepted: {-MAX_VALUE:g}..{MAX_VALUE:g})")
+    if not isinstance(b.devices, tuple) or not b.devices:
         raise PlacementError(f"block {b.id}: empty device set")
     for d in b.devices:
         if not isinstance(d, int) or isinstance(d, bool) or not 0 <= d < p.devices:
-            raise PlacementError(f"block {b.id}: device {d!r} out of range 0..{p.devices - 1}")
+            raise PlacementError(f"block {b.id}: device {quote(d)} out of range 0..{p.devices - 1}")
     if len(set(b.devices)) != len(b.devices):
         raise PlacementError(f"block {b.id}: device listed twice in {list(b.devices)}")
 
@@ -215,11 +258,13 @@ def _check_block(p: Placement, b: Block, seen: set[str]) -> None:
 def _check_grad_of(p: Placement, b: Block) -> None:
     if b.grad_of is None:
         return
+    if not isinstance(b.grad_of, str):
+        raise PlacementError(f"block {b.id}: grad_of must be a block id, got {quote(b.grad_of)}")
     if b.kind not in ("backward", "weight"):
         raise PlacementError(f"block {b.id}: grad_of is only for backward/weight blocks, not {b.kind}")
     fwd = p.by_id.get(b.grad_of)
     if fwd is None:
-        raise PlacementError(f"block {b.id}: grad_of names unknown block {b.grad_of!r}")
+        raise PlacementError(f"block {b.id}: grad_of names unknown block {quote(b.grad_of)}")
     if set(fwd.devices) != set(b.devices):
         raise PlacementError(f"block {b.id}: runs on devices {list(b.devices)} but its forward "
                              f"{fwd.id} runs on {list(fwd.devices)}")
@@ -235,8 +280,8 @@ def _memory_warnings(p: Placement) -> list[str]:
     if not p.is_training:
         return []
     out = []
-    for d in range(p.devices):
-        total = sum(b.memory for b in p.blocks_on(d))
+    for d, on in enumerate(p._on_device):
+        total = sum(b.memory for b in on)
         if abs(total) > 1e-9:
             out.append(f"placement {p.name}: memory on device {d} sums to {total:g}, not 0, "
                        "over one micro-batch (memory would grow without bound)")
@@ -255,53 +300,124 @@ def _field(doc: Mapping[str, Any], key: str, where: str, default: Any = ...) -> 
 def _block_from_dict(doc: Any, i: int) -> Block:
     if not isinstance(doc, Mapping):
         raise PlacementError(f"blocks[{i}] must be an object, got {type(doc).__name__}")
-    where = f"blocks[{i}] ({doc.get('id', '?')})"
+    where = f"blocks[{i}] ({quote(doc.get('id', '?'))})"
     devs = _field(doc, "devices", where)
     if isinstance(devs, int) and not isinstance(devs, bool):
         devs = [devs]
     if not isinstance(devs, list):
         raise PlacementError(f"{where}: devices must be a list of device ids")
+    if len(devs) > MAX_DEVICES:
+        raise LimitError(f"{where}: {len(devs):,} devices listed, more than the {MAX_DEVICES} accepted")
     return Block(id=_field(doc, "id", where), kind=_field(doc, "kind", where, "other"),
                  duration=_field(doc, "duration", where), memory=_field(doc, "memory", where, 0),
                  devices=tuple(devs), grad_of=doc.get("grad_of"))
 
 
+def _edges_from_doc(doc: Any, source: str) -> list[tuple[str, str]]:
+    edges_doc = _field(doc, "edges", source, [])
+    if not isinstance(edges_doc, list):
+        raise PlacementError(f"{source}: edges must be a list of [from, to] pairs, got {quote(edges_doc)}")
+    edges = []
+    for i, e in enumerate(edges_doc):
+        if not isinstance(e, list) or len(e) != 2 or not all(isinstance(x, str) for x in e):
+            raise PlacementError(f"{source}: edges[{i}] must be a pair of block ids [from, to], got {quote(e)}")
+        edges.append((e[0], e[1]))
+    return edges
+
+
 def placement_from_dict(doc: Any, source: str = "placement") -> Placement:
+    """A placement from a parsed document; every problem raises PlacementError (or LimitError)."""
+    source = quote(source).strip("'\"")
     if not isinstance(doc, Mapping):
         raise PlacementError(f"{source}: a placement must be an object with blocks and edges")
-    blocks_doc = _field(doc, "blocks", source)
+    blocks_doc, devices = _field(doc, "blocks", source), _field(doc, "devices", source)
     if not isinstance(blocks_doc, list):
         raise PlacementError(f"{source}: blocks must be a list")
-    blocks = [_block_from_dict(b, i) for i, b in enumerate(blocks_doc)]
-    edges = []
-    for i, e in enumerate(_field(doc, "edges", source, [])):
-        if not isinstance(e, (list, tuple)) or len(e) < 2:
-            raise PlacementError(f"{source}: edges[{i}] must be a pair [from, to], got {e!r}")
-        edges.append((str(e[0]), str(e[1])))
-    devices = _field(doc, "devices", source)
     if not isinstance(devices, int) or isinstance(devices, bool):
-        raise PlacementError(f"{source}: devices must be an integer, got {devices!r}")
-    return make_placement(str(doc.get("name", Path(source).stem)), devices, blocks, edges,
-                          doc.get("latency", 0) or 0)
+        raise PlacementError(f"{source}: devices must be an integer, got {quote(devices)}")
+    if not 1 <= devices <= MAX_DEVICES:
+        raise LimitError(f"{source}: devices must be 1..{MAX_DEVICES}, got {quote(devices)}")
+    _check_sizes(source, len(blocks_doc), len(doc["edges"]) if isinstance(doc.get("edges"), list) else 0)
+    name = doc.get("name", Path(source).stem)
+    if not isinstance(name, str) or len(name) > MAX_ID_CHARS:
+        raise PlacementError(f"{source}: name must be a string of at most {MAX_ID_CHARS} characters, "
+                             f"got {quote(name)}")
+    latency = doc.get("latency", 0)
+    blocks = [_block_from_dict(b, i) for i, b in enumerate(blocks_doc)]
+    return make_placement(name, devices, blocks, _edges_from_doc(doc, source), 0 if latency is None else latency)
+
+
+class _NoAliasLoader(yaml.SafeLoader):
+    """safe_load without anchors and aliases: a few hundred bytes of aliases can expand to
+    gigabytes, and a placement or schedule never needs them."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()  # type: ignore[no-untyped-call]
+            raise PlacementError(f"YAML alias *{quote(event.anchor)} at line {event.start_mark.line + 1}: "
+                                 "aliases are not accepted")
+        return super().compose_node(parent, index)
 
 
 def read_document(path: str | Path) -> Any:
-    """Parse a JSON or YAML file into plain data, with one clear error when it cannot."""
+    """Parse a JSON or YAML file into plain data, with one clear error when it cannot: too big,
+    too deeply nested, YAML aliases and malformed text are refused before or while parsing."""
     p = Path(path)
+    where = quote(str(p)).strip("'\"")
     try:
-        text = p.read_text()
+        with p.open("rb") as f:  # at most one byte over the limit, even from /dev/zero
+            data = f.read(MAX_DOCUMENT_BYTES + 1)
     except OSError as e:
-        raise PlacementError(f"cannot read {p}: {e.strerror or e}") from None
-    if p.suffix in (".yaml", ".yml"):
-        import yaml
+        raise PlacementError(f"cannot read {where}: {e.strerror or e}") from None
+    if len(data) > MAX_DOCUMENT_BYTES:
+        raise LimitError(f"{where}: more than the {MAX_DOCUMENT_BYTES:,} bytes accepted")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise PlacementError(f"{where}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    try:
+        doc = _parse(text, p.suffix in (".yaml", ".yml"), where)
+    except RecursionError:
+        doc = None
+        depth = MAX_DEPTH + 1
+    else:
+        depth = _depth(doc)
+    if depth > MAX_DEPTH:
+        raise LimitError(f"{where}: nested deeper than {MAX_DEPTH} levels")
+    return doc
+
+
+def _parse(text: str, yaml_text: bool, where: str) -> Any:
+    if yaml_text:
         try:
-            return yaml.safe_load(text)
+            return yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506 - a SafeLoader subclass
         except yaml.YAMLError as e:
-            raise PlacementError(f"{p}: malformed YAML: {str(e).splitlines()[0]}") from None
+            raise PlacementError(f"{where}: malformed YAML: {quote(str(e).splitlines()[0])}") from None
+        except (ValueError, OverflowError) as e:  # a scalar YAML cannot convert (huge int, bad date)
+            if isinstance(e, TesselError):
+                raise
+            raise PlacementError(f"{where}: malformed YAML value: {quote(str(e))}") from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
-        raise PlacementError(f"{p}: malformed JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
+        raise PlacementError(f"{where}: malformed JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
+    except ValueError as e:  # e.g. an integer of more than 4300 digits
+        raise PlacementError(f"{where}: malformed JSON value: {quote(str(e))}") from None
+
+
+def _depth(doc: Any) -> int:
+    """Nesting depth of parsed data, without recursion."""
+    deepest, stack = 0, [(doc, 1)]
+    while stack:
+        x, d = stack.pop()
+        deepest = max(deepest, d)
+        if d > MAX_DEPTH:
+            break
+        if isinstance(x, Mapping):
+            stack.extend((v, d + 1) for v in x.values())
+        elif isinstance(x, list):
+            stack.extend((v, d + 1) for v in x)
+    return deepest
 
 
 def load_placement(path: str | Path) -> Placement:
@@ -309,9 +425,11 @@ def load_placement(path: str | Path) -> Placement:
 
 
 def atomic_write(path: str | Path, text: str | bytes) -> None:
-    """Write a file so that readers see the old or the new content, never a torn one."""
+    """Write a file so that readers see the old or the new content, never a torn one (a
+    temporary file in the same directory, then os.replace). Refuses, with OutputError, to
+    create a missing directory or to replace a file its owner made read-only."""
     p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
+    check_writable(p)
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
     try:
         # mkstemp makes the file private; a written schedule or chart is meant to be shared
@@ -322,6 +440,28 @@ def atomic_write(path: str | Path, text: str | bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def check_writable(path: str | Path) -> None:
+    """Raise OutputError unless `path` can be written as a new or replaced regular file."""
+    p = Path(path)
+    where = quote(str(p)).strip("'\"")
+    parent = p.parent
+    if not parent.is_dir():
+        raise OutputError(f"{where}: directory {quote(str(parent))} does not exist (create it first)")
+    try:
+        st = p.stat()
+    except FileNotFoundError:
+        st = None
+    except OSError as e:
+        raise OutputError(f"{where}: {e.strerror or e}") from None
+    if st is not None:
+        if not stat.S_ISREG(st.st_mode):
+            raise OutputError(f"{where}: exists and is not a regular file; not replacing it")
+        if not st.st_mode & 0o222 or not os.access(p, os.W_OK):
+            raise OutputError(f"{where}: the file is read-only; not replacing it")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise OutputError(f"{where}: directory {quote(str(parent))} is not writable")
 
 
 def _umask() -> int:

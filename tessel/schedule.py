@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -11,19 +10,37 @@ from pathlib import Path
 from typing import Any
 
 from . import bounds
+from .errors import LimitError, PlacementError, ScheduleError, quote
 from .numeric import EPS as EPS
 from .numeric import snap as _num
-from .placement import Number, Placement, PlacementError, atomic_write, placement_from_dict, read_document
+from .placement import MAX_VALUE, Number, Placement, atomic_write, in_range, placement_from_dict, read_document
+
+__all__ = ["Schedule", "ScheduleError", "Task", "Repetend", "Violation", "schedule_from_dict", "check_task_count"]
 
 FORMAT, VERSION = "tessel-schedule", 1
+# most (block, micro-batch) tasks one schedule holds; a longer run is a searched schedule of
+# fewer micro-batches unrolled where it is used (Schedule.unroll)
+MAX_TASKS = 2_000_000
 
 
-class ScheduleError(ValueError):
-    """A schedule that breaks a rule (rule 0 = malformed document) or cannot be built."""
+def check_task_count(placement: Placement, micro_batches: int) -> None:
+    """Raise LimitError when N x blocks is over MAX_TASKS, saying how to go larger."""
+    tasks = micro_batches * len(placement.blocks)
+    if tasks > MAX_TASKS:
+        most = max(1, MAX_TASKS // len(placement.blocks))
+        raise LimitError(f"{micro_batches:,} micro-batches x {len(placement.blocks):,} blocks = {tasks:,} tasks, "
+                         f"more than the {MAX_TASKS:,} accepted; use at most {most:,} micro-batches "
+                         "(a repetend repeats unchanged: unroll it where the schedule runs)")
 
-    def __init__(self, message: str, rule: int = 0) -> None:
-        super().__init__(message)
-        self.rule = rule
+
+@dataclass(frozen=True)
+class Violation:
+    """One broken rule of FORMAT.md: its number and what breaks it."""
+    rule: int
+    message: str
+
+    def __str__(self) -> str:
+        return f"rule {self.rule}: {self.message}"
 
 
 @dataclass(frozen=True)
@@ -77,11 +94,14 @@ def windows(times: Sequence[Number], period: Number, size: int) -> Iterator[tupl
 
 
 def normalise_limit(limit: Number | Sequence[Number] | None, devices: int) -> tuple[Number, ...] | None:
+    """Per-device limits from one number or a list; NaN, infinite or negative limits are refused
+    (a NaN limit would otherwise switch the memory rule off)."""
     if limit is None:
         return None
-    if isinstance(limit, (int, float)):
-        return (limit,) * devices
-    lim = tuple(limit)
+    lim = (limit,) if isinstance(limit, (int, float)) else tuple(limit)
+    for x in lim:
+        if not in_range(x, 0, MAX_VALUE):
+            raise ScheduleError(f"memory limit must be a number in 0..{MAX_VALUE:g}, got {quote(x)}")
     if len(lim) == 1:
         return lim * devices
     if len(lim) != devices:
@@ -136,8 +156,9 @@ class Schedule:
         return [self.device_tasks(d) for d in range(self.placement.devices)]
 
     # ---- the four rules ------------------------------------------------------------------------
-    def errors(self, limit: int = 10) -> list[str]:
-        """Broken rules, first ones first; empty when the schedule is valid."""
+    def violations(self, limit: int = 10) -> list[Violation]:
+        """Broken rules, first ones first; empty when the schedule is valid. Rules 2-4 are only
+        checked once rule 1 holds (they need every task, once, at a real start)."""
         errs = self._rule1()
         if errs:
             return errs[:limit]
@@ -145,62 +166,70 @@ class Schedule:
             errs += rule()
         return errs[:limit]
 
+    def errors(self, limit: int = 10) -> list[str]:
+        """The broken rules as `rule N: ...` lines."""
+        return [str(v) for v in self.violations(limit)]
+
     def validate(self) -> Schedule:
-        errs = self.errors()
+        errs = self.violations()
         if errs:
-            rule = int(errs[0].split(" ", 2)[1].rstrip(":")) if errs[0].startswith("rule ") else 0
-            raise ScheduleError("; ".join(errs[:3]), rule)
+            raise ScheduleError("; ".join(str(v) for v in errs[:3]), errs[0].rule)
         return self
 
-    def _rule1(self) -> list[str]:
+    def _rule1(self) -> list[Violation]:
         by, n = self.placement.by_id, self.micro_batches
-        errs, seen = [], set()
+        errs: list[Violation] = []
+        seen: set[tuple[str, int]] = set()
         if n < 1:
-            errs.append(f"rule 1: micro_batches must be >= 1, got {n}")
+            errs.append(Violation(1, f"micro_batches must be >= 1, got {n}"))
         for t in self.tasks:
             key = (t.block, t.micro_batch)
             if t.block not in by:
-                errs.append(f"rule 1: task of unknown block {t.block!r}")
+                errs.append(Violation(1, f"task of unknown block {quote(t.block)}"))
             elif not 0 <= t.micro_batch < n:
-                errs.append(f"rule 1: task {t.block}#{t.micro_batch} micro-batch out of 0..{n - 1}")
+                errs.append(Violation(1, f"task {t.block}#{t.micro_batch} micro-batch out of 0..{n - 1}"))
             elif key in seen:
-                errs.append(f"rule 1: task {t.block}#{t.micro_batch} appears twice")
-            elif not (isinstance(t.start, (int, float)) and math.isfinite(t.start)) or t.start < -EPS:
-                errs.append(f"rule 1: task {t.block}#{t.micro_batch} has bad start {t.start!r}")
+                errs.append(Violation(1, f"task {t.block}#{t.micro_batch} appears twice"))
+            elif not in_range(t.start, -EPS, MAX_VALUE):
+                errs.append(Violation(1, f"task {t.block}#{t.micro_batch} has bad start {quote(t.start)} "
+                                         f"(not a number in 0..{MAX_VALUE:g})"))
             seen.add(key)
+            if len(errs) >= 10:
+                break
         if not errs and len(seen) != len(by) * n:
             missing = next((b, m) for m in range(n) for b in by if (b, m) not in seen)
-            errs.append(f"rule 1: {len(by) * n - len(seen)} tasks missing, e.g. {missing[0]}#{missing[1]}")
+            errs.append(Violation(1, f"{len(by) * n - len(seen)} tasks missing, e.g. {missing[0]}#{missing[1]}"))
         return errs
 
-    def _rule2(self) -> list[str]:
+    def _rule2(self) -> list[Violation]:
         p, st = self.placement, self.start
         for a, b in p.edges:
             need = p.by_id[a].duration + p.edge_latency(a, b)
             for m in range(self.micro_batches):
                 if st[(b, m)] + EPS < st[(a, m)] + need:
-                    return [f"rule 2: {b}#{m} starts at {st[(b, m)]} before its input {a}#{m} "
-                            f"is ready at {_num(st[(a, m)] + need)}"]
+                    return [Violation(2, f"{b}#{m} starts at {st[(b, m)]} before its input {a}#{m} "
+                                         f"is ready at {_num(st[(a, m)] + need)}")]
         return []
 
-    def _rule3(self) -> list[str]:
+    def _rule3(self) -> list[Violation]:
         by, errs = self.placement.by_id, []
         for d, tasks in enumerate(self.device_orders()):
             for x, y in zip(tasks, tasks[1:]):
                 if y.start + EPS < x.start + by[x.block].duration:
-                    errs.append(f"rule 3: device {d}: {y.block}#{y.micro_batch} at {y.start} overlaps "
-                                f"{x.block}#{x.micro_batch} running {x.start}..{_num(x.start + by[x.block].duration)}")
+                    errs.append(Violation(3, f"device {d}: {y.block}#{y.micro_batch} at {y.start} overlaps "
+                                             f"{x.block}#{x.micro_batch} running "
+                                             f"{x.start}..{_num(x.start + by[x.block].duration)}"))
                     break
         return errs
 
-    def _rule4(self) -> list[str]:
+    def _rule4(self) -> list[Violation]:
         if self.memory_limit is None:
             return []
         errs = []
         for d, (peak, at) in enumerate(self._peaks()):
             if peak > self.memory_limit[d] + EPS:
-                errs.append(f"rule 4: device {d}: memory reaches {_num(peak)} at time {at}, "
-                            f"over its limit {self.memory_limit[d]}")
+                errs.append(Violation(4, f"device {d}: memory reaches {_num(peak)} at time {at}, "
+                                         f"over its limit {self.memory_limit[d]}"))
         return errs
 
     # ---- figures -----------------------------------------------------------------------------
@@ -217,7 +246,8 @@ class Schedule:
     def _peaks(self) -> list[tuple[Number, Number]]:
         out = []
         for d in range(self.placement.devices):
-            level = peak = 0
+            level: Number = 0
+            peak: Number = 0
             at: Number = 0
             for time, mem in self.memory_events(d):
                 level += mem
@@ -308,43 +338,87 @@ def _require(doc: Mapping[str, Any], key: str, types: tuple[type, ...], where: s
     v = doc[key]
     if not isinstance(v, types) or isinstance(v, bool):
         raise ScheduleError(f"{where}: field {key!r} has the wrong type ({type(v).__name__})")
+    if isinstance(v, str) and len(v) > 200:
+        raise ScheduleError(f"{where}: field {key!r} is longer than 200 characters: {quote(v)}")
     return v
 
 
 def schedule_from_dict(doc: Any, source: str = "schedule", check: bool = False) -> Schedule:
-    """Read a v1 schedule document strictly; structural problems raise ScheduleError (rule 0)."""
+    """Read a v1 schedule document strictly; structural problems raise ScheduleError (rule 0).
+
+    Only the placement, limits, micro-batch count and tasks are taken as given: every figure is
+    recomputed from them. The stored repetend is a claim, kept only when unrolling one more
+    period by it gives a valid schedule (else dropped, and meta["repetend_claim"] says why)."""
+    source = quote(source).strip("'\"")
     if not isinstance(doc, Mapping):
         raise ScheduleError(f"{source}: a schedule must be a JSON object")
-    if doc.get("format") != FORMAT or doc.get("version") != VERSION:
-        raise ScheduleError(f"{source}: not a {FORMAT} version {VERSION} document")
+    version = doc.get("version")
+    if doc.get("format") != FORMAT or type(version) is not int or version != VERSION:
+        raise ScheduleError(f"{source}: not a {FORMAT} version {VERSION} document "
+                            f"(format {quote(doc.get('format'))}, version {quote(version)})")
     try:
         placement = placement_from_dict(_require(doc, "placement", (dict,), source), f"{source}: placement")
     except PlacementError as e:
         raise ScheduleError(str(e)) from None
     n = _require(doc, "micro_batches", (int,), source)
-    tasks = []
-    for i, t in enumerate(_require(doc, "tasks", (list,), source)):
-        if not isinstance(t, Mapping):
-            raise ScheduleError(f"{source}: tasks[{i}] must be an object")
-        tasks.append(Task(str(_require(t, "block", (str,), f"{source}: tasks[{i}]")),
-                          _require(t, "micro_batch", (int,), f"{source}: tasks[{i}]"),
-                          _require(t, "start", (int, float), f"{source}: tasks[{i}]")))
+    if n < 1:
+        raise ScheduleError(f"{source}: micro_batches must be >= 1, got {quote(n)}")
+    check_task_count(placement, n)
+    tasks = _tasks_from_doc(_require(doc, "tasks", (list,), source), placement, n, source)
     limit = doc.get("memory_limit")
     if limit is not None and not (isinstance(limit, (int, float)) or
                                   (isinstance(limit, list) and all(isinstance(x, (int, float)) for x in limit))):
         raise ScheduleError(f"{source}: memory_limit must be a number or a list of numbers")
-    rep = doc.get("repetend")
-    repetend = None
-    if rep is not None:
-        where = f"{source}: repetend"
-        if not isinstance(rep, Mapping):
-            raise ScheduleError(f"{where} must be an object")
-        repetend = Repetend(*(_require(rep, k, (int, float), where) for k in ("period", "start", "end")))
     meta = doc.get("meta") or {}
     if not isinstance(meta, Mapping):
         raise ScheduleError(f"{source}: meta must be an object")
-    s = Schedule(placement, n, tuple(tasks), normalise_limit(limit, placement.devices), repetend, dict(meta))
+    s = Schedule(placement, n, tuple(tasks), normalise_limit(limit, placement.devices), None, dict(meta))
+    s = _with_claimed_repetend(s, doc.get("repetend"), source)
     return s.validate() if check else s
+
+
+def _tasks_from_doc(items: list[Any], placement: Placement, n: int, source: str) -> list[Task]:
+    if len(items) > n * len(placement.blocks):
+        raise ScheduleError(f"{source}: {len(items):,} tasks for {n} micro-batches of "
+                            f"{len(placement.blocks)} blocks (rule 1: each task appears once)", 1)
+    tasks = []
+    for i, t in enumerate(items):
+        where = f"{source}: tasks[{i}]"
+        if not isinstance(t, Mapping):
+            raise ScheduleError(f"{where} must be an object")
+        tasks.append(Task(_require(t, "block", (str,), where), _require(t, "micro_batch", (int,), where),
+                          _require(t, "start", (int, float), where)))
+    return tasks
+
+
+def _with_claimed_repetend(s: Schedule, rep: Any, source: str) -> Schedule:
+    if rep is None:
+        return s
+    where = f"{source}: repetend"
+    if not isinstance(rep, Mapping):
+        raise ScheduleError(f"{where} must be an object")
+    values = [_require(rep, k, (int, float), where) for k in ("period", "start", "end")]
+    if not all(in_range(v, 0, MAX_VALUE) for v in values) or not values[0] > 0 or values[2] < values[1]:
+        raise ScheduleError(f"{where}: period, start and end must be numbers with 0 < period and "
+                            f"0 <= start <= end <= {MAX_VALUE:g}, got {quote(values)}")
+    claimed = replace(s, repetend=Repetend(*values))
+    why = _repetend_doubt(claimed)
+    if why is None:
+        return claimed
+    return s.with_meta(repetend_claim=f"ignored: {why}")
+
+
+def _repetend_doubt(s: Schedule) -> str | None:
+    """Why the schedule's repetend is not what it claims to be, or None when it holds: the
+    schedule is valid and unrolling it by one more period gives a valid schedule."""
+    if s.violations(1):
+        return "the schedule is invalid"
+    kernel = s.kernel()
+    try:
+        s.unroll(s.micro_batches + max(kernel.shift if kernel else 1, 1), check=True)
+    except ScheduleError as e:
+        return str(e)[:200]
+    return None
 
 
 def unroll(s: Schedule, micro_batches: int, check: bool = True) -> Schedule:

@@ -39,6 +39,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from .errors import TesselError
 from .key import Key
 from .placement import Block, Number, Placement, PlacementError, make_placement
 from .schedule import Schedule
@@ -80,7 +81,7 @@ def perturb(p: Placement, noise: float, seed: int = 0, trial: int = 0) -> Placem
 
 def _check_noise(noise: float) -> None:
     if not (isinstance(noise, (int, float)) and math.isfinite(noise) and noise >= 0):
-        raise ValueError(f"noise must be a number >= 0, got {noise!r}")
+        raise TesselError(f"noise must be a number >= 0, got {noise!r}")
 
 
 def simulate(s: Schedule, *, durations: Mapping[str, Number] | Placement | None = None,
@@ -95,9 +96,9 @@ def simulate(s: Schedule, *, durations: Mapping[str, Number] | Placement | None 
     its order allows (baselines, completed repetends); otherwise the replay is never later.
     """
     if scope not in SCOPES:
-        raise ValueError(f"noise scope must be one of {', '.join(SCOPES)}, got {scope!r}")
+        raise TesselError(f"noise scope must be one of {', '.join(SCOPES)}, got {scope!r}")
     if cores is not None and not cores > 0:
-        raise ValueError(f"cores must be > 0, got {cores!r}")
+        raise TesselError(f"cores must be > 0, got {cores!r}")
     _check_noise(noise)
     p = recost(s.placement, durations, latency)
     meta = {**s.meta, "simulated": {"noise": noise, "scope": scope, "seed": seed, "trial": trial,
@@ -198,7 +199,7 @@ class Spread:
     @staticmethod
     def of(xs: Sequence[float]) -> Spread:
         if not xs:
-            raise ValueError("a spread needs at least one value")
+            raise TesselError("a spread needs at least one value")
         q = sorted(xs)
 
         def pct(f: float) -> float:
@@ -251,12 +252,12 @@ def robustness(schedules: Mapping[str, Schedule], noise: float, trials: int = 10
     are compared pairwise; `reference` defaults to the first schedule (typically the searched one).
     """
     if not schedules:
-        raise ValueError("robustness needs at least one schedule")
+        raise TesselError("robustness needs at least one schedule")
     if trials < 1:
-        raise ValueError(f"trials must be >= 1, got {trials}")
+        raise TesselError(f"trials must be >= 1, got {trials}")
     ref = reference if reference is not None else next(iter(schedules))
     if ref not in schedules:
-        raise ValueError(f"reference {ref!r} is not one of the schedules: {', '.join(schedules)}")
+        raise TesselError(f"reference {ref!r} is not one of the schedules: {', '.join(schedules)}")
     spans = {name: [simulate(s, noise=noise, scope=scope, seed=seed, trial=k, latency=latency).makespan
                     for k in range(trials)] for name, s in schedules.items()}
     log.info("robustness: %d schedules x %d trials at noise %g (%s)", len(schedules), trials, noise, scope)

@@ -9,10 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import graph
+from ..errors import TesselError
 from ..placement import Placement
 
 
-class BaselineError(ValueError):
+class BaselineError(TesselError):
     """A baseline that does not fit the placement, or cannot meet the memory limit; says why."""
 
 

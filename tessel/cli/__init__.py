@@ -1,5 +1,7 @@
-"""Command line: thin. Parses, calls the layers, prints tables. Bad input: one line, exit 2.
+"""Command line: thin. Parses, calls the layers, prints tables.
 
+Exit codes: 0 ok; 1 an invalid schedule (`check`, `show`) or a bug (with its traceback);
+2 bad input (one line `tessel: error: ...`); 130 / 143 interrupted by SIGINT / SIGTERM.
 Each command group lives in its own module with a `register(subparsers)` function; the module
 list below is the only place that names them.
 """
@@ -8,48 +10,83 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
-from ..placement import PlacementError
-from ..schedule import ScheduleError
-from .common import UsageError
+from ..errors import QUOTE_CHARS, TesselError, quote
+from .interrupt import Interrupted, catch_signals
+from .pipes import PipeSafe
 
 COMMAND_MODULES = ("basic", "search", "runtime", "tools")
+EXIT_USAGE = 2  # bad input; 1 is an invalid schedule or a bug, 128 + N signal N
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with its errors as one line, like every other bad input."""
+
+    def error(self, message: str) -> NoReturn:
+        command = self.prog.removeprefix("tessel").strip()
+        where = f"{command}: " if command else ""
+        hint = f" (see `{self.prog} --help`)"
+        print(f"tessel: error: {where}{message[:QUOTE_CHARS * 2]}{hint}", file=sys.stderr)
+        sys.exit(EXIT_USAGE)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tessel", description=__doc__.splitlines()[0])
+    parser = Parser(prog="tessel", description=(__doc__ or "").splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="log what the library does")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(f"{__name__}.{name}")
-        except ModuleNotFoundError as e:
-            if e.name != f"{__name__}.{name}":
-                raise
-            continue  # a command group not built yet
-        module.register(sub)
+        importlib.import_module(f"{__name__}.{name}").register(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        with catch_signals(), PipeSafe():
+            return _run(argv)
+    except Interrupted as e:
+        signum = e.signum
+    except KeyboardInterrupt:  # a SIGINT before the handler was in place
+        signum = 2
+    print("tessel: interrupted", file=sys.stderr)
+    if argv is None:  # the real command line: skip the interpreter's slow teardown
+        _exit_now(128 + signum)
+    return 128 + signum
+
+
+def _exit_now(code: int) -> NoReturn:
+    """Exit at once: output files are written atomically and were left untouched, so nothing
+    is lost by skipping the teardown of the solver's threads and loaded modules."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    logging.shutdown()
+    os._exit(code)
+
+
+def _run(argv: Sequence[str] | None) -> int:
+    args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.ERROR,
                         format="%(levelname)s %(name)s: %(message)s")
     try:
         return int(args.func(args) or 0)
-    except BrokenPipeError:
-        # a reader such as `head` closed the pipe: not an error of the user's input
-        sys.stderr.close()
-        return 0
-    except (UsageError, PlacementError, ScheduleError, ValueError, OSError) as e:
-        print(f"tessel: error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("tessel: interrupted", file=sys.stderr)
-        return 130
+    except TesselError as e:
+        print(f"tessel: error: {_one_line(str(e))}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as e:  # files the user named: missing, unreadable, a full disk
+        text = f"{quote(str(e.filename))}: {e.strerror}" if e.filename and e.strerror else str(e)
+        print(f"tessel: error: {_one_line(text)}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def _one_line(text: str) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= 4 * QUOTE_CHARS else line[: 4 * QUOTE_CHARS - 3] + "..."
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..baselines import BASELINES
+from ..errors import TesselError
 from ..methods import METHODS
 from ..placement import Placement, read_document
 from ..schedule import FORMAT, Schedule, schedule_from_dict
@@ -16,10 +17,13 @@ from .common import (
     add_memory_arg,
     add_placement_args,
     fmt,
+    is_file_ref,
     positive_int,
     print_summary,
     print_table,
+    refuse_built_in_options,
     resolve_placement,
+    seconds,
 )
 from .outputs import add_output_args, picture_path, write_outputs
 
@@ -58,7 +62,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     _add_run_args(p)
     p.add_argument("--methods", metavar="A,B",
                    help=f"comma list of methods, from {', '.join(METHODS)} (default: all available)")
-    p.add_argument("--time-limit", type=float, metavar="S", help="seconds per search method")
+    p.add_argument("--time-limit", type=seconds, metavar="S", help="seconds per search method")
     p.add_argument("--plot", metavar="FILE", type=picture_path, help="write a bar chart of the comparison (.png or .svg)")
     p.set_defaults(func=_compare)
 
@@ -77,7 +81,7 @@ def _placements(args: argparse.Namespace) -> int:
 
 def _schedule_document(ref: str) -> dict[str, Any] | None:
     """The parsed file when `ref` is a schedule file, else None (a placement name or file)."""
-    if not (Path(ref).is_file() and ref.endswith(".json")):
+    if not (ref.endswith(".json") and is_file_ref(ref) and Path(ref).is_file()):
         return None
     doc = read_document(ref)
     return doc if isinstance(doc, dict) and doc.get("format") == FORMAT else None
@@ -86,17 +90,33 @@ def _schedule_document(ref: str) -> dict[str, Any] | None:
 def _show(args: argparse.Namespace) -> int:
     doc = _schedule_document(args.placement)
     if doc is not None:
-        s = schedule_from_dict(doc, args.placement)
-        print(s.ascii(), end="")
-        for e in s.errors():
-            print(f"invalid: {e}")
-        print_summary(s)
-        write_outputs(s, argparse.Namespace(plot=args.plot))
-        return 0
+        refuse_built_in_options(args, args.placement)
+        return _show_schedule(schedule_from_dict(doc, args.placement), args)
     if args.plot:
         raise UsageError("--plot draws a schedule; give a schedule file (or use `tessel baseline ... --plot`)")
-    _show_placement(resolve_placement(args), args.micro_batches)
+    _show_placement(resolve_placement(args, tasks=False), args.micro_batches)
     return 0
+
+
+def _show_schedule(s: Schedule, args: argparse.Namespace) -> int:
+    """Picture and recomputed figures; an invalid schedule exits 1 naming its broken rules
+    (with the picture when every task is there to draw)."""
+    broken = s.violations()
+    if not any(v.rule == 1 for v in broken):
+        print(s.ascii(), end="")
+    if broken:
+        _print_invalid(args.placement, [str(v) for v in broken])
+        return 1
+    print_summary(s, recorded=True)
+    write_outputs(s, argparse.Namespace(plot=args.plot))
+    return 0
+
+
+def _print_invalid(path: str, errors: list[str]) -> None:
+    sys.stdout.flush()
+    print(f"tessel: {path} is invalid:", file=sys.stderr)
+    for e in errors:
+        print(f"  {e}", file=sys.stderr)
 
 
 def _show_placement(p: Placement, n: int) -> None:
@@ -133,12 +153,10 @@ def _check(args: argparse.Namespace) -> int:
     s = Schedule.load(args.schedule)
     errors = s.errors()
     if errors:
-        print(f"tessel: {args.schedule} is invalid:", file=sys.stderr)
-        for e in errors:
-            print(f"  {e}", file=sys.stderr)
+        _print_invalid(args.schedule, errors)
         return 1
     print(f"valid: {args.schedule}")
-    print_summary(s)
+    print_summary(s, recorded=True)
     return 0
 
 
@@ -176,7 +194,7 @@ def _compare_row(method: str, p: Placement, n: int, memory: Any, opts: dict[str,
     t0 = time.perf_counter()
     try:
         s = run_method(method, p, n, memory, **opts)
-    except ValueError as e:  # does not fit, over the limit, no schedule found
+    except TesselError as e:  # does not fit, over the limit, no schedule found
         row["error"] = str(e)
         return row
     f = s.figures()

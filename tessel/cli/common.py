@@ -2,46 +2,85 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ..errors import UsageError, quote
 from ..numeric import fmt as fmt
 from ..numeric import integral as _number
-from ..placement import Placement, load_placement
-from ..schedule import Schedule
+from ..placement import MAX_DEVICES, MAX_VALUE, Placement, in_range, load_placement
+from ..schedule import Schedule, check_task_count
 
-
-class UsageError(ValueError):
-    """Bad command-line input; printed as one line, exit 2."""
+__all__ = ["UsageError", "add_placement_args", "resolve_placement", "add_memory_arg", "parse_memory",
+           "positive_int", "seconds", "fmt", "print_table", "print_summary"]
+DEFAULT_DEVICES = 4
+# options that shape a built-in placement; a placement or schedule file fixes all of them
+BUILT_IN_OPTIONS = ("devices", "forward", "backward", "weight", "latency")
 
 
 def add_placement_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("placement", metavar="PLACEMENT",
                    help="a built-in placement name (see `tessel placements`) or a JSON/YAML file")
+    p.set_defaults(built_in_options_checked=True)
     g = p.add_argument_group("built-in placement options")
-    g.add_argument("--devices", type=int, default=4, help="device count (default 4)")
+    g.add_argument("--devices", type=int, default=None, help=f"device count (default {DEFAULT_DEVICES})")
     g.add_argument("--forward", type=float, help="forward block duration")
     g.add_argument("--backward", type=float, help="backward block duration")
     g.add_argument("--latency", type=float, help="cross-device edge latency")
     g.add_argument("--infer", action="store_true", help="forward-only (inference) form")
 
 
-def resolve_placement(args: argparse.Namespace) -> Placement:
-    """A path when the file exists or looks like one, else a built-in name."""
+def resolve_placement(args: argparse.Namespace, tasks: bool = True) -> Placement:
+    """A path when the file exists or looks like one, else a built-in name. With `tasks`, the
+    command builds args.micro_batches x blocks tasks: refused over the task limit up front."""
+    p = _placement(args)
+    n = getattr(args, "micro_batches", None)
+    if tasks and isinstance(n, int):
+        check_task_count(p, n)
+    return p
+
+
+def _placement(args: argparse.Namespace) -> Placement:
     ref = args.placement
-    if Path(ref).exists() or ref.endswith((".json", ".yaml", ".yml")):
+    if is_file_ref(ref):
+        refuse_built_in_options(args, ref)
         p = load_placement(ref)
-        if args.infer:
-            p = p.inference()
-        return p
+        return p.inference() if args.infer else p
     from .. import library
-    if args.devices < 1:
-        raise UsageError(f"--devices must be >= 1, got {args.devices}")
-    costs = {k: _number(getattr(args, k)) for k in ("forward", "backward", "latency")
-             if getattr(args, k, None) is not None}
-    return library.build(ref, devices=args.devices, infer=args.infer, **costs)
+    if ref not in library.PLACEMENTS:
+        raise UsageError(f"unknown placement {quote(ref)} (and no such file); "
+                         f"built-in: {', '.join(library.PLACEMENTS)}")
+    devices = DEFAULT_DEVICES if args.devices is None else args.devices
+    if not 1 <= devices <= MAX_DEVICES:
+        raise UsageError(f"--devices must be 1..{MAX_DEVICES}, got {devices}")
+    costs = {k: _number(getattr(args, k)) for k in BUILT_IN_OPTIONS[1:] if getattr(args, k, None) is not None}
+    for k, v in costs.items():
+        low = 0 if k == "latency" else None
+        if not in_range(v, 0, MAX_VALUE) or (low is None and not v > 0):
+            bound = ">= 0" if low is not None else "> 0"
+            raise UsageError(f"--{k} must be a finite number {bound} (at most {MAX_VALUE:g}), got {v:g}")
+    return library.build(ref, devices=devices, infer=args.infer, **costs)
+
+
+def is_file_ref(ref: str) -> bool:
+    try:
+        exists = Path(ref).exists()
+    except OSError:  # a name too long for the file system is no file
+        exists = False
+    return exists or ref.endswith((".json", ".yaml", ".yml"))
+
+
+def refuse_built_in_options(args: argparse.Namespace, ref: str) -> None:
+    """--devices, --forward, ... shape built-in placements only; a file fixes them itself."""
+    if not getattr(args, "built_in_options_checked", False):
+        return
+    given = [f"--{k}" for k in BUILT_IN_OPTIONS if getattr(args, k, None) is not None]
+    if given:
+        raise UsageError(f"{', '.join(given)} shape(s) a built-in placement; {ref} fixes its own "
+                         "(edit the file, or give a built-in placement name)")
 
 
 def add_memory_arg(p: argparse.ArgumentParser) -> None:
@@ -51,21 +90,34 @@ def add_memory_arg(p: argparse.ArgumentParser) -> None:
 
 def parse_memory(text: str) -> float | list[float]:
     try:
-        vals = [_number(float(x)) for x in text.split(",")]
+        vals = [float(x) for x in text.split(",")]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"memory limit must be numbers, got {text!r}") from None
-    if any(v < 0 for v in vals):
-        raise argparse.ArgumentTypeError(f"memory limit must be >= 0, got {text!r}")
-    return vals[0] if len(vals) == 1 else vals
+        raise argparse.ArgumentTypeError(f"memory limit must be numbers, got {text[:200]!r}") from None
+    if len(vals) > MAX_DEVICES or not all(in_range(v, 0, MAX_VALUE) for v in vals):
+        raise argparse.ArgumentTypeError(f"memory limit must be finite numbers in 0..{MAX_VALUE:g}, "
+                                         f"one or one per device, got {text[:200]!r}")
+    out = [_number(v) for v in vals]
+    return out[0] if len(out) == 1 else out
+
+
+def seconds(text: str) -> float:
+    """A time limit: a finite number of seconds > 0."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text[:200]!r}") from None
+    if not (math.isfinite(v) and v > 0):
+        raise argparse.ArgumentTypeError(f"time limit must be a finite number of seconds > 0, got {text[:200]!r}")
+    return v
 
 
 def positive_int(text: str) -> int:
     try:
-        v = int(text)
+        v = int(text[:40])
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+        v = 0
+    if v < 1 or len(text) > 40:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text[:200]!r}")
     return v
 
 
@@ -90,13 +142,17 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], title: st
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
 
 
-def print_summary(s: Schedule) -> None:
-    """The figures of one schedule, as `key: value` lines."""
+def print_summary(s: Schedule, recorded: bool = False) -> None:
+    """The figures of one schedule, as `key: value` lines. With `recorded` (a schedule read from
+    a file), what only the file's meta says is marked as recorded, not measured."""
     f = s.figures()
     for k in ("micro_batches", "period", "makespan", "lower_bound", "ratio", "bubble", "peak_memory",
               "memory_limit"):
         print(f"{k:>14}: {fmt(f[k])}")
+    note = " (recorded in the file)" if recorded else ""
     for k in ("method", "status", "search_seconds"):
         if k in s.meta:
-            print(f"{k:>14}: {fmt(s.meta[k])}")
+            print(f"{k:>14}: {fmt(s.meta[k])[:200]}{note}")
+    if recorded and "repetend_claim" in s.meta:
+        print(f"{'repetend':>14}: {fmt(s.meta['repetend_claim'])[:200]}")
 

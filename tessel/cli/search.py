@@ -24,7 +24,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="tessel (default): solver repetend; fast: constructed repetend for large "
                         "placements; exact: the whole problem in one solve (small N)")
     p.add_argument("--time-limit", type=_seconds, metavar="S", help="seconds for the whole search")
-    p.add_argument("--workers", type=positive_int, metavar="K", help="CP-SAT worker threads (default 2)")
+    p.add_argument("--workers", type=positive_int, metavar="K", help="CP-SAT worker threads (default 1: the same schedule every run; more may be faster but can differ)")
     p.add_argument("--ascii", action="store_true", help="print the schedule as ASCII")
     add_output_args(p)
     p.set_defaults(func=_search)

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..schedule import Schedule
 from .common import UsageError, fmt, positive_int, print_summary, print_table
-from .outputs import add_output_args, write_outputs
+from .outputs import add_output_args, output_path, write_outputs
 from .runtime import MODEL_NAMES
 
 
@@ -38,7 +38,8 @@ def _register_profile(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--bandwidth", type=float, metavar="BYTES_PER_S",
                    help="link bandwidth for the latency of cross-device edges (default: latency 0)")
     p.add_argument("--alpha", type=float, default=0.0, metavar="SECONDS", help="per-message start-up time")
-    p.add_argument("-o", "--output", metavar="FILE", required=True, help="write the placement JSON here")
+    p.add_argument("-o", "--output", metavar="FILE", type=output_path, required=True,
+                   help="write the placement JSON here")
     p.set_defaults(func=_profile)
 
 

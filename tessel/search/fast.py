@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
+from ..errors import SearchError
 from .modulo import Modulo, fits
 from .problem import Problem
 
@@ -89,7 +90,7 @@ def fast_repetend(problem: Problem, max_steps: int = 64) -> Modulo:
         if fitting:
             return fitting[0]
         T += step if i < 8 else step * (2 ** (i - 7))
-    raise ValueError(f"fast construction found no repetend for {problem.placement.name!r} up to period "
+    raise SearchError(f"fast construction found no repetend for {problem.placement.name!r} up to period "
                      f"{problem.real(T)}; try mode 'tessel'")
 
 

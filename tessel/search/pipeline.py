@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import bounds
+from ..errors import TesselError
 from ..key import Key
 from ..numeric import rounded
 from ..placement import Number, Placement
@@ -93,13 +94,13 @@ def search(placement: Placement, micro_batches: int, memory: Number | Sequence[N
 
 def _check_args(n: int, mode: str, time_limit: float | None, workers: int | None) -> None:
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise ValueError(f"micro_batches must be a positive integer, got {n!r}")
+        raise TesselError(f"micro_batches must be a positive integer, got {n!r}")
     if mode not in MODES:
-        raise ValueError(f"unknown search mode {mode!r}; known: {', '.join(MODES)}")
+        raise TesselError(f"unknown search mode {mode!r}; known: {', '.join(MODES)}")
     if time_limit is not None and not time_limit > 0:
-        raise ValueError(f"time limit must be > 0 seconds, got {time_limit!r}")
+        raise TesselError(f"time limit must be > 0 seconds, got {time_limit!r}")
     if workers is not None and workers < 1:
-        raise ValueError(f"workers must be >= 1, got {workers!r}")
+        raise TesselError(f"workers must be >= 1, got {workers!r}")
 
 
 # ---- repetends ---------------------------------------------------------------------------------

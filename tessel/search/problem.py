@@ -16,6 +16,7 @@ from fractions import Fraction
 from functools import cached_property
 
 from .. import bounds, graph
+from ..errors import TesselError
 from ..key import Key
 from ..numeric import fmt, snap
 from ..placement import Number, Placement
@@ -27,7 +28,7 @@ MAX_LOAD_UNITS = 100_000
 APPROX_LOAD_UNITS = 10_000
 
 
-class MemoryLimitError(ValueError):
+class MemoryLimitError(TesselError):
     """No schedule can fit the memory limit; the message gives the least limit per device."""
 
 

@@ -8,11 +8,12 @@ variables that were registered under a key.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +23,17 @@ log = logging.getLogger(__name__)
 
 Expr = Any  # an int, IntVar or linear expression of CP-SAT
 Progress = Callable[[dict[str, Any]], None]
-DEFAULT_WORKERS = 2
+# Same inputs, same schedule: one worker runs one deterministic search (CP-SAT's parallel
+# portfolio does not; its interleaved mode is deterministic but failed to find repetends of
+# several micro-batches that one worker finds in seconds), and a stall is a budget of the
+# solver's deterministic time, not of wall time. Only a solve cut by the wall-clock time limit
+# can differ between runs. More workers (--workers K) may be faster, and may differ run to run.
+DEFAULT_WORKERS = 1
+STALL_WORK = 0.5  # deterministic seconds of work a solve with a `stall` of one second may take
+
+# solves running now, so that a signal can stop them (see stop_all_solves)
+_running: set[cp_model.CpSolver] = set()
+_running_lock = threading.Lock()
 
 _STATUS = {cp_model.OPTIMAL: "optimal", cp_model.FEASIBLE: "feasible",
            cp_model.INFEASIBLE: "infeasible", cp_model.UNKNOWN: "unknown",
@@ -118,21 +129,23 @@ class Model:
         solution; progress gets {phase, objective, elapsed, ...report(objective)} per solution.
         `prove` favours closing the bound (the full LP relaxation) over finding solutions."""
         self._finish()
-        solver = cp_model.CpSolver()
-        solver.parameters.num_workers = max(1, int(workers or DEFAULT_WORKERS))
-        if time_limit is not None:
-            solver.parameters.max_time_in_seconds = max(0.01, float(time_limit))
-        solver.parameters.random_seed = 1
-        if prove:
-            _proving(solver.parameters)
         t0 = time.perf_counter()
+        solver = _solver(time_limit, workers, prove)
+        deterministic_stall = bool(stall) and solver.parameters.num_workers == 1
+        if stall and deterministic_stall:
+            # a budget of work instead of a wall-clock stall: the same on a loaded machine
+            solver.parameters.max_deterministic_time = float(stall) * STALL_WORK
         callback = None
         if self._objective is not None and (progress or stall):
             callback = _Reporter(progress, phase, t0, report)
-        watcher = _Watcher(solver, callback, stall) if stall and callback else None
-        code = solver.solve(self.cp, callback)
+        watcher = _Watcher(solver, callback, stall) if stall and callback and not deterministic_stall else None
+        with _registered(solver):
+            code = solver.solve(self.cp, callback)
         if watcher:
             watcher.done.set()
+        return self._result(solver, code, phase, t0)
+
+    def _result(self, solver: cp_model.CpSolver, code: Any, phase: str, t0: float) -> SolveResult:
         status = _STATUS.get(code, "unknown")
         seconds = time.perf_counter() - t0
         if status not in ("optimal", "feasible"):
@@ -144,6 +157,41 @@ class Model:
         values = {k: solver.value(v) for k, v in self.vars.items()}
         log.info("%s: %s objective %s bound %s in %.2fs", phase, status, obj, bound, seconds)
         return SolveResult(status, obj, bound, seconds, values)
+
+
+def _solver(time_limit: float | None, workers: int | None, prove: bool) -> cp_model.CpSolver:
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = max(1, int(workers or DEFAULT_WORKERS))
+    if time_limit is not None:
+        solver.parameters.max_time_in_seconds = max(0.01, float(time_limit))
+    solver.parameters.random_seed = 1
+    # a Ctrl-C must stop the command, not end the solve as if its time ran out
+    solver.parameters.catch_sigint_signal = False
+    if prove:
+        _proving(solver.parameters)
+    return solver
+
+
+def stop_all_solves() -> int:
+    """Ask every running solve to stop now (from any thread); returns how many were running.
+    The CLI calls it when SIGINT/SIGTERM arrives: Python cannot run a signal handler while the
+    main thread is inside a solve."""
+    with _running_lock:
+        solvers = list(_running)
+    for s in solvers:
+        s.stop_search()
+    return len(solvers)
+
+
+@contextlib.contextmanager
+def _registered(solver: cp_model.CpSolver) -> Iterator[None]:
+    with _running_lock:
+        _running.add(solver)
+    try:
+        yield
+    finally:
+        with _running_lock:
+            _running.discard(solver)
 
 
 def _proving(params: Any) -> None:

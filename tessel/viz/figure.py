@@ -9,6 +9,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.backends.backend_svg import FigureCanvasSVG
 from matplotlib.figure import Figure
 
+from ..errors import TesselError
 from ..placement import atomic_write
 
 CANVAS = {".png": FigureCanvasAgg, ".svg": FigureCanvasSVG}
@@ -25,7 +26,7 @@ def image_format(path: str | Path) -> str:
     """`.png` or `.svg` from the file name; anything else is a usage error naming the file."""
     suffix = Path(path).suffix.lower()
     if suffix not in CANVAS:
-        raise ValueError(f"{path}: a picture must end in .png or .svg, not {suffix or '(no suffix)'!r}")
+        raise TesselError(f"{path}: a picture must end in .png or .svg, not {suffix or '(no suffix)'!r}")
     return suffix
 
 

@@ -16,6 +16,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ..errors import TesselError
 from ..placement import atomic_write
 from ..schedule import EPS, Schedule
 
@@ -30,7 +31,7 @@ def us_per_unit(s: Schedule) -> float:
     if unit is None:
         return 1.0
     if unit not in US_PER:
-        raise ValueError(f"schedule meta time_unit {unit!r} is not one of {', '.join(US_PER)}")
+        raise TesselError(f"schedule meta time_unit {unit!r} is not one of {', '.join(US_PER)}")
     return US_PER[unit]
 
 
