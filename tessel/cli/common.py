@@ -21,7 +21,8 @@ def add_placement_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("built-in placement options")
     g.add_argument("--devices", type=int, default=4, help="device count (default 4)")
     g.add_argument("--forward", type=float, help="forward block duration")
-    g.add_argument("--backward", type=float, help="backward block duration")
+    g.add_argument("--backward", type=float, help="backward block duration (B, the input gradient, where split)")
+    g.add_argument("--weight", type=float, help="weight-gradient block duration (W; placements zb, zbv)")
     g.add_argument("--latency", type=float, help="cross-device edge latency")
     g.add_argument("--infer", action="store_true", help="forward-only (inference) form")
 
@@ -37,7 +38,7 @@ def resolve_placement(args: argparse.Namespace) -> Placement:
     from .. import library
     if args.devices < 1:
         raise UsageError(f"--devices must be >= 1, got {args.devices}")
-    costs = {k: _number(getattr(args, k)) for k in ("forward", "backward", "latency")
+    costs = {k: _number(getattr(args, k)) for k in ("forward", "backward", "weight", "latency")
              if getattr(args, k, None) is not None}
     return library.build(ref, devices=args.devices, infer=args.infer, **costs)
 
