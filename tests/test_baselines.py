@@ -26,7 +26,8 @@ APPLIES = {
     "alphafold": {"gpipe", "1f1b", "greedy"},
     "mllm": {"gpipe", "1f1b", "greedy"},
     "finetune": {"gpipe", "1f1b", "greedy"},
-    "zb": {"gpipe", "1f1b", "zb-h1", "greedy"},
+    "zb": {"gpipe", "1f1b", "zb-h1", "zb-h2", "greedy"},
+    "zbv": {"gpipe", "1f1b", "zb-v", "zb-v-half", "zb-v-min", "greedy"},
 }
 
 
