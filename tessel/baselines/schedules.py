@@ -32,12 +32,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ..key import Key
 from ..placement import Number, Placement, make_placement
 from ..schedule import normalise_limit
 from ..timing import earliest_starts
-from .engine import Pools, backward_first, list_schedule, memory_need, one_group, reservations
+from .engine import Pool, Pools, backward_first, list_schedule, memory_need, one_group, reservations
 from .shapes import FORWARD_PHASE, BaselineError, Chain, chain, check_phases, components, single_chain
 from .zero_bubble import Plan, zero_bubble_starts
 
@@ -57,7 +58,7 @@ def _is_forward(p: Placement, b: str) -> bool:
     return p.by_id[b].kind in FORWARD_PHASE
 
 
-def _orders_by(p: Placement, n: int, key: Callable[[str, int], tuple]) -> list[list[Key]]:
+def _orders_by(p: Placement, n: int, key: Callable[[str, int], tuple[Any, ...]]) -> list[list[Key]]:
     """Per-device orders that all follow one global order: they can never wait on each other."""
     tasks = sorted(((b.id, m) for b in p.blocks for m in range(n)), key=lambda t: key(*t))
     orders: list[list[Key]] = [[] for _ in range(p.devices)]
@@ -105,7 +106,7 @@ def _depth_pools(p: Placement, n: int, groups: Sequence[Sequence[str]]) -> Pools
     """Caps of `depth` micro-batches in flight per pool (plus what finished ones leave behind)."""
     group = {b: g for g, ids in enumerate(groups) for b in ids}
     reserve, leave = reservations(p, group)
-    caps = {}
+    caps: dict[Pool, Number] = {}
     for g, ids in enumerate(groups):
         for d, depth in depths(p, ids).items():
             caps[(d, g)] = depth * reserve[(d, g)] + (n - 1) * leave[(d, g)]

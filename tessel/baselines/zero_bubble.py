@@ -26,9 +26,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..bounds import paths
+from ..key import Key
 from ..placement import Number, Placement
 from ..schedule import EPS
-from ..timing import DeadlockError, Key
+from ..timing import DeadlockError
 from .shapes import BaselineError, Chain
 
 Starts = dict[Key, Number]
