@@ -134,3 +134,19 @@ def test_the_independent_checker_agrees(tmp_path: Path) -> None:
         s = valid(BASELINES[m](placement, 12, 6), m)
         figures = checked_by_the_independent_tool(s, tmp_path)
         assert figures["makespan"] == pytest.approx(s.makespan)
+
+
+# ---- the command line ---------------------------------------------------------------------------
+def test_cli_runs_the_new_baselines_with_weight_duration(tessel, tmp_path: Path) -> None:
+    out_file = tmp_path / "h2.json"
+    rc, out, _ = tessel("baseline", "zb-h2", "zb", "--devices", "4", "--forward", "1", "--backward", "1",
+                        "--weight", "1", "--latency", "0.5", "--micro-batches", "12", "-o", out_file)
+    assert rc == 0 and "makespan: 40.5" in out  # 3 * 12 + 3 * 1.5: the bound
+    s = Schedule.load(out_file, check=True)
+    assert {b.duration for b in s.placement.blocks} == {1} and s.meta["method"] == "zb-h2"
+    rc, out, _ = tessel("baseline", "zb-v", "zbv", "--devices", "4", "--weight", "0.5", "--micro-batches", "8")
+    assert rc == 0 and "method: zb-v" in out
+    rc, _, err = tessel("baseline", "zb-h2", "vshape", "--weight", "1", "-n", "4")
+    assert rc == 2 and "placement vshape takes forward, backward, memory, latency; not weight" in err
+    rc, _, err = tessel("baseline", "zb-v", "zb", "--micro-batches", "4")
+    assert rc == 2 and "zb-v needs a V" in err and len(err.strip().splitlines()) == 1
