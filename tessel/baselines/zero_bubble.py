@@ -53,7 +53,11 @@ class _Walk:
         for b in order:
             self.runs[self.dev[b]].append(b)
         self.weight = c.weight
-        self.headroom = self._headroom(c)
+        self.headroom = self._headroom(c, False)
+        self.warm_headroom = self._headroom(c, True)
+        first = {self.dev[f]: f for f in reversed(c.forward)}
+        self.warm_until = {d: next((g for g in c.forward if self.dev[g] == d and g != f), None) for d, f in first.items()}
+        self.warm = [True] * p.devices  # the device's second chunk has not started yet
         self.depth = self._depth(c)
         self.next = {b: 0 for b in order}
         self.cur: list[Number] = [0] * p.devices
@@ -65,13 +69,17 @@ class _Walk:
         self.end: dict[Key, Number] = {}
         self.parked: set[int] = set()  # devices waiting at their current time for another one's move
 
-    def _headroom(self, c: Chain) -> dict[str, Number]:
-        """Memory a forward leaves free: the allocations of the later forwards of its micro-batch on
-        its device (so the oldest micro-batch always gets in: no deadlock)."""
+    def _headroom(self, c: Chain, warm: bool) -> dict[str, Number]:
+        """Memory a forward leaves free: room for the later forwards of its micro-batch on its
+        device, which keeps the oldest micro-batch moving (no deadlock). Until the first of those
+        later forwards has run on the device (the warm-up), room for as many as can arrive before
+        it: one `j - k` hops on comes back behind the `len - (j - k)` micro-batches the rest of the
+        chain can hold (device i of a V keeps 2i + 1 chunks free, as ZB-V's warm-up does)."""
         out: dict[str, Number] = {}
-        for i, f in enumerate(c.forward):
-            later = [g for g in c.forward[i + 1:] if self.dev[g] == self.dev[f]]
-            out[f] = sum(max(self.p.by_id[g].memory, 0) for g in later)
+        size = len(c.forward)
+        for k, f in enumerate(c.forward):
+            later = [(j, g) for j, g in enumerate(c.forward) if j > k and self.dev[g] == self.dev[f]]
+            out[f] = sum(max(self.p.by_id[g].memory, 0) * (max(1, size - (j - k)) if warm else 1) for j, g in later)
         return out
 
     def _depth(self, c: Chain) -> dict[str, tuple[str, int]]:
@@ -106,7 +114,11 @@ class _Walk:
         lead, depth = self.depth[f]
         if self.next[f] - self.next[lead] >= depth:
             return False
-        return self.mem[d] + max(self.p.by_id[f].memory, 0) + self.headroom[f] <= self.caps[d] + EPS
+        own = max(self.p.by_id[f].memory, 0)
+        room = self.headroom[f]
+        if self.warm[d]:  # never so much that the first micro-batch stays out
+            room = max(room, min(self.warm_headroom[f], self.caps[d] - own))
+        return self.mem[d] + own + room <= self.caps[d] + EPS
 
     def _release(self, d: int, t: Number) -> Number:
         """Apply the releases ended by `t` (to rounding); the time at which they all have ended."""
@@ -137,6 +149,8 @@ class _Walk:
             self.frees[d].append((t + blk.duration, -blk.memory))
         if b in self.next:
             self.next[b] += 1
+        if b == self.warm_until.get(d):
+            self.warm[d] = False
         if b in self.weight:
             self.pending[d].append((self.weight[b], m))
 
