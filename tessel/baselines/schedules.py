@@ -306,7 +306,10 @@ def _zero_bubble(chain: Callable[[Placement, str], Chain], budget: Callable[[int
         chain(p, method)
 
     def starts(p: Placement, n: int, limit: Limit) -> Starts:
-        return zero_bubble_starts(p, n, Plan(chain(p, method), _budget_caps(p, limit, budget(p.devices))))
+        try:
+            return zero_bubble_starts(p, n, Plan(chain(p, method), _budget_caps(p, limit, budget(p.devices))))
+        except BaselineError as e:
+            raise BaselineError(f"{method}: {e}") from None
     return Baseline(fits, starts, _few)
 
 
