@@ -31,15 +31,17 @@ import time
 import types
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from tessel import library
 from tessel.baselines import BASELINES, BaselineError, applicable
+from tessel.key import Key
 from tessel.placement import Placement, atomic_write
 from tessel.schedule import EPS, Schedule
 from tessel.search import search
-from tessel.timing import Key, earliest_starts
+from tessel.timing import earliest_starts
 
 ROOT = Path(__file__).resolve().parent.parent
 PROFILED = (18522, 18086, 9337, 601)  # F, B, W, latency of the ZB repository's example (microseconds)
@@ -170,7 +172,7 @@ def run_row(row: Row, mods: dict[str, Any] | None, time_limit: float | None) -> 
     secs = 0.0
     for name in COLUMNS:
         if name in fits:
-            out[name], t = timed(lambda name=name: BASELINES[name](p, row.m, row.limit))
+            out[name], t = timed(partial(BASELINES[name], p, row.m, row.limit))
             secs = max(secs, t)
         else:
             out[name] = "-"
