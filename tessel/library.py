@@ -71,10 +71,10 @@ def interleaved(devices: int = 4, chunks: int = 2, forward: Number = 1, backward
 
 
 def zb(devices: int = 4, forward: Number = 1, backward: Number = 2, weight: Number = 1, memory: Number = 1,
-       latency: Number = 0) -> Placement:
+       latency: Number = 0, weight_release: Number = 1) -> Placement:
     """V pipeline with the backward split (zero bubble): B (`backward`, input gradient) passes the
     gradient on, W (`weight`, weight gradient) runs after it on the same device and releases the
-    activation (see tessel.builder for that choice).
+    activation, or the fraction `weight_release` of it with B freeing the rest (tessel.builder).
 
     d0  f0 .. .. .. .. .. .. .. .. .. b3 b3 w3
     d1  .. f1 .. .. .. .. .. .. b2 b2 w2 .. ..
@@ -83,7 +83,27 @@ def zb(devices: int = 4, forward: Number = 1, backward: Number = 2, weight: Numb
     """
     p = _devices("zb", devices)
     stages = _pipeline(p, forward, backward, memory, weight)
-    return build_stages(f"zb-{p}", p, stages, _chain(stages), split_weight=True, latency=latency)
+    return build_stages(f"zb-{p}", p, stages, _chain(stages), split_weight=True, latency=latency,
+                        weight_release=weight_release)
+
+
+def zbv(devices: int = 4, forward: Number = 1, backward: Number = 1, weight: Number = 1, memory: Number = 1,
+        latency: Number = 0, weight_release: Number = 1) -> Placement:
+    """Zero-bubble V placement (ZB-V, Qi et al. 2024): two model chunks per device, chunk 0 on
+    devices 0..p-1 (f0..f{p-1}), chunk 1 back on p-1..0 (f{p}..f{2p-1}), so the loss is on device 0;
+    each backward split into B and W (`weight`, `weight_release` as in `zb`). Costs are one chunk's.
+
+    d0  f0 .. .. .. .. .. .. f7 b0 w0 .. .. .. .. .. b7 w7
+    d1  .. f1 .. .. .. .. f6 .. .. b1 w1 .. .. .. b6 w6 ..
+    d2  .. .. f2 .. .. f5 .. .. .. .. b2 w2 .. b5 w5 .. ..
+    d3  .. .. .. f3 f4 .. .. .. .. .. .. b3 w3 b4 w4 .. ..
+    """
+    p = _devices("zbv", devices)
+    s = 2 * p
+    stages = [Stage(f"s{k}", (k if k < p else s - 1 - k,), forward, backward, weight, memory,
+                    (f"f{k}", f"b{s - 1 - k}", f"w{s - 1 - k}")) for k in range(s)]
+    return build_stages(f"zbv-{p}", p, stages, _chain(stages), split_weight=True, latency=latency,
+                        weight_release=weight_release)
 
 
 def xshape(devices: int = 4, forward: Number = 1, backward: Number = 3, memory: Number = 1,
@@ -228,6 +248,7 @@ PLACEMENTS: dict[str, tuple[Callable[..., Placement], str]] = {
     "mllm": (mllm, "multi-modal LLM: sharded encoder, pipeline, sharded head"),
     "finetune": (finetune, "frozen sharded embedding (no backward) before a trained pipeline"),
     "zb": (zb, "V pipeline with the backward split into B and W (zero bubble)"),
+    "zbv": (zbv, "two chunks per device in a V, backward split into B and W (ZB-V)"),
 }
 
 

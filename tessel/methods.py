@@ -2,12 +2,10 @@
 
 `run_method(name, placement, micro_batches, memory_limit, **opts)` returns a validated Schedule.
 Baselines ignore the search options (time_limit, workers, progress). The search modes come from
-`tessel.search`, imported only when one runs; where it cannot be imported they are absent from
-`available_methods()`.
+`tessel.search` (OR-Tools is a dependency, not an option), imported only when one runs.
 """
 from __future__ import annotations
 
-import importlib
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -38,19 +36,9 @@ METHODS: dict[str, Method] = {**{m: _search(m) for m in SEARCH_MODES},
                               **{b: _baseline(b) for b in BASELINES}}
 
 
-def search_available() -> bool:
-    try:
-        module = importlib.import_module(".search", __package__)
-    except ImportError as e:
-        log.info("search modes unavailable: %s", e)
-        return False
-    return callable(getattr(module, "search", None))
-
-
 def available_methods() -> list[str]:
-    """Every method that can run here: the search modes first (when importable), then baselines."""
-    have_search = search_available()
-    return [m for m in METHODS if m not in SEARCH_MODES or have_search]
+    """Every method: the search modes first, then the baselines."""
+    return list(METHODS)
 
 
 def why_not_method(name: str, placement: Placement) -> str | None:

@@ -26,6 +26,7 @@ import heapq
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..key import Key
 from ..placement import Number, Placement
@@ -33,7 +34,7 @@ from ..schedule import EPS
 from ..timing import DeadlockError
 
 Pool = tuple[int, Hashable]
-Priority = Callable[[str, int], tuple]
+Priority = Callable[[str, int], tuple[Any, ...]]
 
 
 @dataclass(frozen=True)

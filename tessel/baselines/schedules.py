@@ -32,13 +32,15 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ..key import Key
 from ..placement import Number, Placement, make_placement
 from ..schedule import normalise_limit
 from ..timing import earliest_starts
-from .engine import Pools, backward_first, list_schedule, memory_need, one_group, reservations
+from .engine import Pool, Pools, backward_first, list_schedule, memory_need, one_group, reservations
 from .shapes import FORWARD_PHASE, BaselineError, Chain, chain, check_phases, components, single_chain
+from .zero_bubble import Plan, zero_bubble_starts
 
 Limit = Number | Sequence[Number] | None
 Starts = dict[Key, Number]
@@ -56,7 +58,7 @@ def _is_forward(p: Placement, b: str) -> bool:
     return p.by_id[b].kind in FORWARD_PHASE
 
 
-def _orders_by(p: Placement, n: int, key: Callable[[str, int], tuple]) -> list[list[Key]]:
+def _orders_by(p: Placement, n: int, key: Callable[[str, int], tuple[Any, ...]]) -> list[list[Key]]:
     """Per-device orders that all follow one global order: they can never wait on each other."""
     tasks = sorted(((b.id, m) for b in p.blocks for m in range(n)), key=lambda t: key(*t))
     orders: list[list[Key]] = [[] for _ in range(p.devices)]
@@ -104,7 +106,7 @@ def _depth_pools(p: Placement, n: int, groups: Sequence[Sequence[str]]) -> Pools
     """Caps of `depth` micro-batches in flight per pool (plus what finished ones leave behind)."""
     group = {b: g for g, ids in enumerate(groups) for b in ids}
     reserve, leave = reservations(p, group)
-    caps = {}
+    caps: dict[Pool, Number] = {}
     for g, ids in enumerate(groups):
         for d, depth in depths(p, ids).items():
             caps[(d, g)] = depth * reserve[(d, g)] + (n - 1) * leave[(d, g)]
@@ -241,12 +243,12 @@ def _interleaved(p: Placement, n: int, limit: Limit) -> Starts:
 
 
 # ---- zb-h1 ----------------------------------------------------------------------------------
-def _split_chain(p: Placement) -> Chain:
-    c = single_chain(p, "zb-h1")
+def _split_chain(p: Placement, method: str = "zb-h1") -> Chain:
+    c = single_chain(p, method)
     if sorted(c.devices(p)) != list(range(p.devices)):
-        raise BaselineError("zb-h1 needs a pipeline with one stage on each device")
+        raise BaselineError(f"{method} needs a pipeline with one stage on each device")
     if not c.backward or len(c.weight) != len(c.backward):
-        raise BaselineError("zb-h1 needs every backward split into B and W (placement zb)")
+        raise BaselineError(f"{method} needs every backward split into B and W (placement zb)")
     return c
 
 
@@ -275,6 +277,42 @@ def _zb_h1(p: Placement, n: int, limit: Limit) -> Starts:
     return earliest_starts(p, n, orders)
 
 
+# ---- zb-h2, zb-v and its memory variants: the zero-bubble walk under a memory budget ------------
+def _v_chain(p: Placement, method: str) -> Chain:
+    c = single_chain(p, method)
+    k = p.devices
+    if c.devices(p) != list(range(k)) + list(range(k - 1, -1, -1)):
+        raise BaselineError(f"{method} needs a V: two chunks per device, chunk 0 on devices 0..p-1 and "
+                            "chunk 1 back on p-1..0 (placement zbv)")
+    if not c.backward or len(c.weight) != len(c.backward):
+        raise BaselineError(f"{method} needs every backward split into B and W (placement zbv)")
+    return c
+
+
+def _budget_caps(p: Placement, limit: Limit, per_device: float) -> list[Number]:
+    """`per_device` micro-batches' activations on each device (at least one), capped by the limit."""
+    lim = normalise_limit(limit, p.devices)
+    caps: list[Number] = []
+    for d in range(p.devices):
+        one = sum(max(b.memory, 0) for b in p.blocks_on(d))
+        cap = max(one, per_device * one)
+        caps.append(cap if lim is None else min(cap, lim[d]))
+    return caps
+
+
+def _zero_bubble(chain: Callable[[Placement, str], Chain], budget: Callable[[int], float],
+                 method: str) -> Baseline:
+    def fits(p: Placement) -> None:
+        chain(p, method)
+
+    def starts(p: Placement, n: int, limit: Limit) -> Starts:
+        try:
+            return zero_bubble_starts(p, n, Plan(chain(p, method), _budget_caps(p, limit, budget(p.devices))))
+        except BaselineError as e:
+            raise BaselineError(f"{method}: {e}") from None
+    return Baseline(fits, starts, _few)
+
+
 def _few(p: Placement) -> tuple[int, ...]:
     return (1, 2, 3, 4)
 
@@ -285,5 +323,10 @@ REGISTRY: dict[str, Baseline] = {
     "interleaved": Baseline(_interleaved_fits, _interleaved, lambda p: (p.devices,)),
     "chimera": Baseline(_chimera_fits, _chimera, lambda p: (math.ceil(p.devices / 2),)),
     "zb-h1": Baseline(_zb_h1_fits, _zb_h1, _few),
+    # memory in micro-batches of activations per device; 1F1B's is p
+    "zb-h2": _zero_bubble(_split_chain, lambda k: 2 * k - 1, "zb-h2"),
+    "zb-v": _zero_bubble(_v_chain, lambda k: k, "zb-v"),
+    "zb-v-half": _zero_bubble(_v_chain, lambda k: k / 2 + 1, "zb-v-half"),
+    "zb-v-min": _zero_bubble(_v_chain, lambda k: k / 3 + 1, "zb-v-min"),
     "greedy": Baseline(lambda p: None, _greedy, _few),
 }

@@ -28,7 +28,8 @@ def add_placement_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("built-in placement options")
     g.add_argument("--devices", type=int, default=None, help=f"device count (default {DEFAULT_DEVICES})")
     g.add_argument("--forward", type=float, help="forward block duration")
-    g.add_argument("--backward", type=float, help="backward block duration")
+    g.add_argument("--backward", type=float, help="backward block duration (B, the input gradient, where split)")
+    g.add_argument("--weight", type=float, help="weight-gradient block duration (W; placements zb, zbv)")
     g.add_argument("--latency", type=float, help="cross-device edge latency")
     g.add_argument("--infer", action="store_true", help="forward-only (inference) form")
 
