@@ -178,7 +178,7 @@ def test_progress_reports_phases() -> None:
 def test_exact_is_proven_on_tiny_cases_and_tessel_is_within_two_percent(name: str) -> None:
     p, memory = suite_case(name)
     e = checked(search(p, 4, memory, mode="exact", time_limit=60))
-    assert e.meta["status"] == "optimal" and e.meta["bound"] == e.makespan
+    assert e.meta["status"] == "optimal" and e.meta["lower_bound"] == e.makespan
     t = search(p, 4, memory)
     assert t.makespan <= 1.02 * e.makespan
 

@@ -76,17 +76,17 @@ def add_tasks(m: Model, problem: Problem, free: Mapping[Key, tuple[int, int]], f
     dependencies of free tasks, and memory on every limited device. `base` holds the start of
     every other task: the memory events of a micro-batch the model touches are all counted."""
     for (b, k), (lo, hi) in free.items():
-        m.occupy(m.int_var((b, k), lo, hi), problem.duration[b], problem.devices_of[b])
-    for (b, _k), s in fixed.items():
-        m.occupy(s, problem.duration[b], problem.devices_of[b])
+        m.occupy(m.int_var((b, k), lo, hi), problem.duration[b], problem.devices_of[b], f"task_{b}_{k}")
+    for (b, k), s in fixed.items():
+        m.occupy(s, problem.duration[b], problem.devices_of[b], f"fixed_{b}_{k}")
     for a, b in problem.units.edges:
         for k in {k for (x, k) in free if x == b}:
             if (a, k) in free:
                 m.precede(m.vars[(a, k)], m.vars[(b, k)], problem.gap(a, b))
             else:
-                m.cp.add(m.vars[(b, k)] >= fixed[(a, k)] + problem.gap(a, b))
+                m.precede(fixed[(a, k)], m.vars[(b, k)], problem.gap(a, b))
         for k in {k for (x, k) in free if x == a and (b, k) not in free}:
-            m.cp.add(m.vars[(a, k)] <= fixed[(b, k)] - problem.gap(a, b))
+            m.precede(m.vars[(a, k)], fixed[(b, k)], problem.gap(a, b))
     start = {**(base or {}), **fixed, **{key: m.vars[key] for key in free}}
     touched = {k for _, k in list(free) + list(fixed)}
     low = min([lo for lo, _ in free.values()] + list(fixed.values()))
@@ -138,9 +138,7 @@ def _warmup(problem: Problem, starts: Starts, mbs: set[int], time_limit: float, 
     m = Model()
     add_tasks(m, problem, free, fixed, starts)
     first_fixed = min(fixed.values(), default=end)
-    first = m.cp.new_int_var(t0, min(end, first_fixed), "first")
-    for key in free:
-        m.cp.add(first <= m.vars[key])
+    first = m.earliest("first", t0, min(end, first_fixed), (m.vars[key] for key in free))
     m.hints({key: starts[key] for key in free})
     bound = _latest_first(problem, fixed, free_keys, end)
     m.minimize(first_fixed - first, lower=max(0, first_fixed - bound))
@@ -160,9 +158,7 @@ def _cooldown(problem: Problem, starts: Starts, mbs: set[int], time_limit: float
     m = Model()
     add_tasks(m, problem, free, fixed, starts)
     last_fixed = max((s + problem.duration[b] for (b, _), s in fixed.items()), default=begin)
-    last = m.cp.new_int_var(max(begin, last_fixed), end, "last")
-    for (b, k) in free:
-        m.cp.add(last >= m.vars[(b, k)] + problem.duration[b])
+    last = m.latest("last", max(begin, last_fixed), end, (m.vars[(b, k)] + problem.duration[b] for (b, k) in free))
     m.hints({key: starts[key] for key in free})
     bound = _earliest_last(problem, fixed, free_keys, begin)
     m.minimize(last - last_fixed, lower=max(0, bound - last_fixed))
