@@ -10,6 +10,8 @@ import random
 from dataclasses import dataclass
 
 from tessel.placement import Block, Number, Placement, make_placement
+from tessel.search.fast import sequential
+from tessel.search.modulo import steady_memory
 from tessel.search.problem import least_memory, make_problem
 
 MEMORY_LEVELS = ("loose", "roomy", "tight", "just")
@@ -93,7 +95,9 @@ def _limit(p: Placement, level: str, rng: random.Random) -> tuple[Number, ...] |
     if level == "loose" or not p.is_training:
         return None
     problem = make_problem(p)
-    least = [x / problem.memory_scale for x in least_memory(problem.units)]
+    # what one micro-batch at a time needs (feasible by construction), at least the proven minimum
+    one = steady_memory(problem, sequential(problem))
+    least = [max(a, b) / problem.memory_scale for a, b in zip(one, least_memory(problem.units))]
     factor = {"roomy": 3.0, "tight": 1.5, "just": 1.0}[level]
     out = []
     for x in least:

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
 
-from ..search import MODES, search
+from ..search import MODES, OBJECTIVES, search
 from .common import add_memory_arg, add_placement_args, fmt, positive_int, print_summary, resolve_placement
 from .outputs import add_output_args, write_outputs
 
@@ -23,7 +23,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--mode", choices=MODES, default="tessel",
                    help="tessel (default): solver repetend; fast: constructed repetend for large "
                         "placements; exact: the whole problem in one solve (small N)")
-    p.add_argument("--time-limit", type=_seconds, metavar="S", help="seconds for the whole search")
+    p.add_argument("--objective", choices=OBJECTIVES, default="makespan",
+                   help="makespan (default): first start to last end; span: the longest time from a "
+                        "device's first start to its last end (the iteration time when iterations overlap)")
+    p.add_argument("--time-limit", type=_seconds, metavar="S",
+                   help="seconds for the whole search, a wall clock (fast stops sooner when it stalls)")
     p.add_argument("--workers", type=positive_int, metavar="K", help="CP-SAT worker threads (default 2)")
     p.add_argument("--ascii", action="store_true", help="print the schedule as ASCII")
     add_output_args(p)
@@ -44,7 +48,8 @@ def _search(args: argparse.Namespace) -> int:
     placement = resolve_placement(args)
     with _progress() as progress:
         s = search(placement, args.micro_batches, memory=args.memory, mode=args.mode,
-                   time_limit=args.time_limit, workers=args.workers, progress=progress)
+                   time_limit=args.time_limit, workers=args.workers, progress=progress,
+                   objective=args.objective)
     if args.ascii:
         print(s.ascii(), end="")
     print_summary(s)
@@ -63,8 +68,14 @@ def _progress() -> AbstractContextManager[Callable[[dict[str, Any]], None] | Non
 
 
 def _print_search_meta(meta: dict[str, Any]) -> None:
+    undecided = meta.get("periods_undecided") or None
+    bound = meta.get("lower_bound")
+    proven = None if bound is None else f"{fmt(bound)} ({meta.get('bound_source', 'analytic')})"
+    statuses = {k: v for k, v in (meta.get("statuses") or {}).items() if k != "periods_tried"}
     rows = [("period_optimal", meta.get("period_optimal")), ("period_lower_bound", meta.get("period_lower_bound")),
-            ("gap", meta.get("gap")), ("base", meta.get("base")), ("statuses", _statuses(meta.get("statuses"))),
+            ("undecided", undecided), ("proven_bound", proven), ("gap", meta.get("gap")),
+            ("objective", meta.get("objective") if meta.get("objective") != "makespan" else None),
+            ("base", meta.get("base")), ("statuses", _statuses(statuses)),
             ("seconds", _statuses(meta.get("seconds")))]
     for k, v in rows:
         if v is not None:

@@ -15,20 +15,22 @@ class Budget:
     """How a search shares its time limit (fractions of the time left when a phase starts,
     and seconds). The defaults are the ones every mode uses."""
     reserve_share: float = 0.1  # of the limit kept back for building, checking and reporting the result
-    reserve_per_task: float = 2e-5  # seconds of that reserve per task of the final schedule
+    reserve_per_task: float = 4e-5  # seconds of that reserve per task of the final schedule
     start_share: float = 0.1  # constructions tried upward from the bound before one micro-batch at a time
     repetend_share: float = 0.5  # the period search (mode tessel)
     polish_share: float = 0.25  # fast: the solver polishing a construction that fits memory
     polish_cap: float = 10.0  # fast: seconds of that polish at most
     repair_share: float = 0.5  # fast: the solver repairing memory when no construction fits at the bound
     exact_hint_share: float = 0.3  # exact: the tessel schedule that hints the whole-problem solve
+    race_share: float = 0.5  # the baselines raced at the start (skipped when one would take longer)
+    baseline_per_task: float = 1e-4  # seconds one baseline is expected to take per task, until measured
     fit_share: float = 0.5  # the one-micro-batch solve that proves (or finds) that memory fits
     fast_small: float = 2.0  # fast: seconds at most up to FAST_SMALL_BLOCKS blocks,
     fast_large: float = 20.0  # ... and at FAST_LARGE_BLOCKS (linear between, proportional above)
 
     def reserve(self, limit: float, tasks: int) -> float:
         """Seconds kept back from the phases: building and checking schedules of `tasks` tasks."""
-        return min(limit * self.reserve_share + tasks * self.reserve_per_task, limit * 0.4)
+        return min(limit * self.reserve_share + tasks * self.reserve_per_task, limit * 0.5)
 
     def fast_limit(self, blocks: int) -> float:
         """Mode fast's own ceiling on its wall clock, whatever the time limit says."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
+from bisect import bisect_right, insort
 from collections.abc import Sequence
 
 from ..timing import earliest_starts
@@ -27,7 +28,7 @@ from .modulo import Modulo, fits
 from .problem import Problem
 
 log = logging.getLogger(__name__)
-Busy = list[tuple[int, int]]  # (phase, duration) on one device
+Busy = list[tuple[int, int]]  # (phase, duration) on one device, sorted
 MAX_STEPS = 64  # periods tried upward from the bound before one micro-batch at a time
 
 
@@ -41,8 +42,7 @@ def construct(problem: Problem, period: int, order: Sequence[str] | None = None)
         if t is None:
             return None
         starts[b] = t
-        for d in problem.devices_of[b]:
-            busy[d].append((t % period, problem.duration[b]))
+        _take(busy, problem.devices_of[b], t % period, problem.duration[b])
     return Modulo.from_starts(period, {(b, 0): s for b, s in starts.items()})
 
 
@@ -56,7 +56,19 @@ def _earliest(busy: list[Busy], devices: Sequence[int], ready: int, dur: int, T:
 
 
 def _free(busy: Busy, phase: int, dur: int, T: int) -> bool:
-    return all((phase - p) % T >= d and (p - phase) % T >= dur for p, d in busy)
+    """[phase, phase + dur) overlaps no interval of the circle: only the interval starting at or
+    before the phase and the next one after it can overlap (busy is sorted and never overlaps)."""
+    if not busy:
+        return True
+    i = bisect_right(busy, (phase, T + 1)) - 1
+    p, d = busy[i]  # i = -1: the last one, which may wrap past T
+    q, _ = busy[(i + 1) % len(busy)]
+    return (phase - p) % T >= d and (q - phase) % T >= dur
+
+
+def _take(busy: list[Busy], devices: Sequence[int], phase: int, dur: int) -> None:
+    for d in devices:
+        insort(busy[d], (phase, dur))
 
 
 def packed(problem: Problem, period: int) -> Modulo | None:
@@ -71,8 +83,7 @@ def packed(problem: Problem, period: int) -> Modulo | None:
         if t is None:
             return None
         phase[b] = t
-        for d in problem.devices_of[b]:
-            busy[d].append((t, problem.duration[b]))
+        _take(busy, problem.devices_of[b], t, problem.duration[b])
     starts: dict[str, int] = {}
     for b in problem.block_ids:
         ready = max((starts[a] + problem.gap(a, b) for a in problem.units.preds[b]), default=0)

@@ -134,18 +134,24 @@ def _check_args(n: int, mode: str, time_limit: float | None, workers: int | None
 
 # ---- the starting point ------------------------------------------------------------------------
 def _race(run: Run) -> list[Schedule]:
-    """Every applicable baseline on the real placement: the schedules to beat from the start."""
+    """The applicable baselines on the real placement, greedy first: the schedules to beat from
+    the start. One that would take more than the race's share of the clock is skipped."""
     p, n = run.problem.placement, run.micro_batches
-    if n * len(p.blocks) > BASELINE_TASKS:
+    tasks = n * len(p.blocks)
+    if tasks > BASELINE_TASKS:
         return []
     t0, out = time.perf_counter(), []
-    for name in applicable(p):
-        if run.clock.left() <= 0:
-            break
+    per_baseline = tasks * run.budget.baseline_per_task
+    for name in sorted(applicable(p), key=lambda x: x != "greedy"):
+        if per_baseline > run.clock.left() * run.budget.race_share:
+            log.info("baseline %s skipped: about %.1fs, over the race's share", name, per_baseline)
+            continue
+        t1 = time.perf_counter()
         try:
             out.append(BASELINES[name](p, n, run.problem.real_limit()))
         except (BaselineError, ScheduleError) as e:  # it does not fit this placement or memory
             log.info("baseline %s not a candidate: %s", name, e)
+        per_baseline = time.perf_counter() - t1
     run.lap("baselines", t0)
     return out
 
