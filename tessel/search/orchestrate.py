@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import bounds
+from ..key import Key
+from ..numeric import fmt, rounded
 from ..baselines import BASELINES, BaselineError, applicable
 from ..placement import Number, Placement
 from ..schedule import EPS, Repetend, Schedule, ScheduleError
@@ -34,7 +36,7 @@ from .exact import solve_exact
 from .fast import NoFitError, constructions, starting_repetend
 from .kernel import kernel_starts
 from .modulo import Modulo, fits, steady_memory
-from .problem import Key, MemoryLimitError, Problem, least_memory, make_problem
+from .problem import MemoryLimitError, Problem, least_memory, make_problem
 from .repetend import RepetendResult, find_repetend, modulo_of, solve_period
 from .report import SearchReport
 from .solver import DEFAULT_WORKERS, Progress
@@ -355,10 +357,8 @@ def _grid_baselines(run: Run, rivals: Sequence[Schedule]) -> dict[str, Schedule]
 
 
 def _shift(s: Schedule) -> int:
-    rep = s.repetend
-    assert rep is not None
-    inside = sum(1 for t in s.tasks if rep.start - EPS <= t.start < rep.end - EPS)
-    return max(1, inside // len(s.placement.blocks))
+    kernel = s.kernel()
+    return max(1, kernel.shift) if kernel else 1
 
 
 def _schedule(p: Problem, n: int, starts: Mapping[Key, int], kernels: Sequence[tuple[int, int]],
@@ -466,7 +466,7 @@ def _real_ratio(p: Problem, period: int, copies: int) -> Number:
 
 
 def _num(x: Number) -> Number:
-    return int(round(x)) if abs(x - round(x)) < 1e-9 else round(x, 6)
+    return rounded(x, 6)
 
 
 def _per_micro_batch(p: Problem, mod: Modulo) -> Number:
@@ -474,7 +474,7 @@ def _per_micro_batch(p: Problem, mod: Modulo) -> Number:
 
 
 def _fmt_list(xs: Sequence[Number] | None) -> str:
-    return ",".join(f"{x:g}" for x in xs or ())
+    return fmt(list(xs or ()), digits=6)
 
 
 # ---- exact -------------------------------------------------------------------------------------
