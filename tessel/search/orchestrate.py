@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import bounds
+from ..baselines import BASELINES, BaselineError, applicable
 from ..key import Key
 from ..numeric import fmt, rounded
-from ..baselines import BASELINES, BaselineError, applicable
 from ..placement import Number, Placement
 from ..schedule import EPS, Repetend, Schedule, ScheduleError
 from ..timing import orders_of, schedule_from_orders
