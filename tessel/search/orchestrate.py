@@ -33,7 +33,7 @@ from ..timing import orders_of, schedule_from_orders
 from .budget import Budget, Clock
 from .completion import compact, complete, makespan, plain_unroll
 from .exact import solve_exact
-from .fast import NoFitError, constructions, starting_repetend
+from .fast import NoFitError, constructions, sequential, starting_repetend
 from .kernel import kernel_starts
 from .modulo import Modulo, fits, steady_memory
 from .problem import MemoryLimitError, Problem, least_memory, make_problem
@@ -183,12 +183,23 @@ def _start(run: Run, rivals: Sequence[Schedule]) -> Modulo | Schedule:
 
 
 def _no_fit(p: Problem) -> MemoryLimitError:
-    need = least_memory(p.units)
-    s = p.memory_scale
-    least = ",".join(f"{(x / s if s > 1 else x):g}" for x in need)
+    """The solver proved that no order of one micro-batch fits: name, per device over its limit,
+    what one micro-batch at a time reaches (limits that work) and the proven least."""
+    scale = p.memory_scale
+    one = steady_memory(p, sequential(p))
+    least = least_memory(p.units)
+    limit = p.limit or ()
+    where = ", ".join(f"device {d} reaches {_real_memory(one[d], scale)} one micro-batch at a time (limit "
+                      f"{_real_memory(limit[d], scale)}, proven least {_real_memory(least[d], scale)})"
+                      for d in range(len(one)) if one[d] > limit[d])
+    works = fmt([_real_memory(x, scale) for x in one], digits=6)
     return MemoryLimitError(f"no order of one micro-batch of {p.placement.name!r} fits the memory limit "
-                            f"{_fmt_list(p.real_limit())} (proven by the solver); each device needs at least "
-                            f"--memory {least}, and more where blocks' memory overlaps: raise the limits")
+                            f"{_fmt_list(p.real_limit())} (proven by the solver): {where}; limits that work: "
+                            f"--memory {works}")
+
+
+def _real_memory(x: int, scale: int) -> Number:
+    return x if scale == 1 else rounded(x / scale, 6)
 
 
 def _task_values(values: Mapping[Any, int]) -> dict[Key, int]:
