@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -12,7 +12,7 @@ from .common import add_memory_arg, add_placement_args, fmt, positive_int, print
 from .outputs import add_output_args, write_outputs
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("search", help=f"search a schedule: repetend + completion (modes {', '.join(MODES)})",
                        description="Search the schedule of a placement for N micro-batches under per-device "
                                    "memory limits and print its figures. A search that hits its time limit "
@@ -67,7 +67,7 @@ def _progress() -> AbstractContextManager[Callable[[dict[str, Any]], None] | Non
     return ProgressLine("search")
 
 
-def _print_search_meta(meta: dict[str, Any]) -> None:
+def _print_search_meta(meta: Mapping[str, Any]) -> None:
     undecided = meta.get("periods_undecided") or None
     bound = meta.get("lower_bound")
     proven = None if bound is None else f"{fmt(bound)} ({meta.get('bound_source', 'analytic')})"

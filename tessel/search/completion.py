@@ -24,7 +24,7 @@ from ..key import Key
 from ..timing import earliest_starts, orders_from_starts
 from .modulo import Modulo
 from .problem import Problem
-from .solver import Model, SolveResult
+from .solver import Expr, Model, SolveResult
 
 log = logging.getLogger(__name__)
 Starts = Mapping[Key, int]
@@ -47,7 +47,8 @@ def makespan(problem: Problem, starts: Starts) -> int:
 
 def compact(problem: Problem, micro_batches: int, starts: Starts) -> dict[Key, int]:
     """Every device's order replayed as early as possible (never longer, same memory)."""
-    return earliest_starts(problem.units, micro_batches, orders_from_starts(problem.units, starts))
+    out = earliest_starts(problem.units, micro_batches, orders_from_starts(problem.units, starts))
+    return {key: int(v) for key, v in out.items()}
 
 
 def complete(problem: Problem, starts: Starts, micro_batches: int, free: Sequence[int], time_limit: float,
@@ -106,7 +107,7 @@ def _completed(problem: Problem, d: int, base: Starts, touched: set[int], low: i
     return done * sum(problem.memory[b] for b in problem.memory_blocks(d))
 
 
-def _memory(m: Model, problem: Problem, d: int, start: Mapping[Key, object], touched: set[int],
+def _memory(m: Model, problem: Problem, d: int, start: Mapping[Key, Expr], touched: set[int],
             offset: tuple[int, int]) -> None:
     """Memory of device d: holds from allocation to release (a cumulative, which propagates
     well) when the placement pairs them, else a reservoir of events."""
@@ -114,7 +115,7 @@ def _memory(m: Model, problem: Problem, d: int, start: Mapping[Key, object], tou
     if pairs is not None:
         spans = [(start[(a, k)], start[(r, k)] + problem.duration[r], amount)
                  for a, r, amount in pairs for k in touched]
-        m.holds(spans, problem.limit[d])
+        m.holds(spans, problem.cap(d))
         return
     times, deltas = [], []
     for b in problem.memory_blocks(d):
@@ -125,7 +126,7 @@ def _memory(m: Model, problem: Problem, d: int, start: Mapping[Key, object], tou
     if offset[1]:  # (time, amount): before everything the model holds
         times.append(offset[0])
         deltas.append(offset[1])
-    m.reservoir(times, deltas, problem.limit[d])
+    m.reservoir(times, deltas, problem.cap(d))
 
 
 def _warmup(problem: Problem, starts: Starts, mbs: set[int], time_limit: float, workers: int | None,

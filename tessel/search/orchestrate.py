@@ -21,6 +21,7 @@ import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 from .. import bounds
@@ -222,13 +223,13 @@ def _fast_repetend(run: Run, start: Modulo) -> RepetendResult:
     """Constructed repetends; the solver polishes at the bound (which also repairs memory when
     no construction fits there), else the starting repetend is kept."""
     p, t0 = run.problem, time.perf_counter()
-    lb = math.ceil(max(p.period_bound, p.memory_period_bound))
+    lb = math.ceil(max(Fraction(p.period_bound), p.memory_period_bound))
     run.report(phase="construct", period=p.real(lb))
     at_bound = constructions(p, lb) if start.period > lb else [start]
     fitting = [m for m in at_bound if fits(p, m)]
     run.lap("construct", t0)
     t1 = time.perf_counter()
-    hint = (fitting or at_bound or [None])[0]
+    hint = (fitting or at_bound)[0] if fitting or at_bound else None
     run.report(phase="polish", period=p.real(lb))
     b = run.budget
     limit = min(run.clock.left() * b.polish_share, b.polish_cap) if fitting else run.clock.left() * b.repair_share

@@ -73,7 +73,7 @@ def modulo_model(problem: Problem, period: int, copies: int, horizon: int) -> Mo
     for j in range(copies - 1):  # copies are interchangeable
         m.precede(m.vars[("s", first, j)], m.vars[("s", first, j + 1)], 0)
     _steady_memory(m, problem, T, copies, horizon)
-    ends = [v + problem.duration[b] for (kind, b, _), v in list(m.vars.items()) if kind == "s"]
+    ends = [m.vars[("s", b, j)] + problem.duration[b] for j in range(copies) for b in problem.block_ids]
     span = m.latest("span", 0, horizon, ends)
     m.minimize(span, lower=int(bounds.paths(problem.units).critical_path))
     return m
@@ -94,7 +94,7 @@ def _steady_memory(m: Model, problem: Problem, T: int, copies: int, horizon: int
                 terms.append(-mem * q_e)
                 before = 1 if e == a else m.is_le(rho_e, events[a][1], f"le_{e[0]}_{e[1]}_{a[0]}_{a[1]}")
                 terms.append(mem * before)
-            m.at_most(sum(terms), problem.limit[d])
+            m.at_most(sum(terms), problem.cap(d))
 
 
 def _event_vars(m: Model, problem: Problem, slot: tuple[str, int], T: int, horizon: int) -> tuple[Any, Any]:
@@ -113,9 +113,9 @@ def solve_period(problem: Problem, period: int, time_limit: float | None, worker
                  stall: float | None = None) -> SolveResult:
     """The shortest-span repetend of `copies` micro-batches with this period, if any."""
     usable = hint is not None and hint.period == period and hint.copies == copies
-    horizon = hint.span(problem) if usable else _horizon(problem, period, copies)
+    horizon = hint.span(problem) if hint is not None and usable else _horizon(problem, period, copies)
     m = modulo_model(problem, period, copies, horizon)
-    if usable:
+    if hint is not None and usable:
         for (b, j), s in hint.starts().items():
             m.hint(m.vars[("s", b, j)], s)
             m.hint(m.vars[("q", b, j)], hint.offset[(b, j)])
@@ -156,7 +156,8 @@ class _Search:
         memory stands in for a solve that found nothing in its slice."""
         built = constructions(self.problem, T)
         fitting = [m for m in built if fits(self.problem, m)]
-        hint = hint if hint is not None and hint.period == T and hint.copies == 1 else (fitting or built or [None])[0]
+        if hint is None or hint.period != T or hint.copies != 1:
+            hint = (fitting or built)[0] if fitting or built else None
         res = solve_period(self.problem, T, self.slice(), self.workers, hint, self.progress, 1, self.stall)
         self.tried.append((1, T, res.status))
         if res.found:

@@ -129,7 +129,7 @@ class Model:
     def hint(self, var: cp_model.IntVar, value: int) -> None:
         self.cp.add_hint(var, int(value))
 
-    def hints(self, values: Mapping[Hashable, int]) -> None:
+    def hints(self, values: Mapping[Any, int]) -> None:
         for key, value in values.items():
             if key in self.vars:
                 self.cp.add_hint(self.vars[key], int(value))
