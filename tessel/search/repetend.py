@@ -16,10 +16,11 @@ bound, patterns of up to MAX_COPIES micro-batches are tried for a smaller period
 """
 from __future__ import annotations
 
+import heapq
 import logging
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -187,7 +188,8 @@ class _Search:
     def proven_below(self, ratio: Fraction, floor: Fraction) -> bool:
         """Every (copies, period) with floor <= period / copies < ratio was proven infeasible."""
         bad = {(p, t) for p, t, st in self.tried if st == "infeasible"}
-        return all((p, t) in bad for p, t in _below(ratio, floor))
+        size = sum(max(0, math.ceil(ratio * p) - math.ceil(floor * p)) for p in range(1, MAX_COPIES + 1))
+        return size <= len(bad) and all((p, t) in bad for p, t in _below(ratio, floor))
 
     def undecided(self, ratio: Fraction) -> list[tuple[int, int]]:
         """The (copies, period) below `ratio` that a solve tried and could not decide in its slice."""
@@ -195,10 +197,12 @@ class _Search:
                        and Fraction(t, p) < ratio}, key=lambda x: Fraction(x[1], x[0]))
 
 
-def _below(ratio: Fraction, floor: Fraction) -> list[tuple[int, int]]:
-    """Every (copies, period) with floor <= period / copies < ratio, smallest ratio first."""
-    out = [(p, t) for p in range(1, MAX_COPIES + 1) for t in range(math.ceil(floor * p), math.ceil(ratio * p))]
-    return sorted(out, key=lambda x: (Fraction(x[1], x[0]), x[0]))
+def _below(ratio: Fraction, floor: Fraction) -> Iterator[tuple[int, int]]:
+    """Every (copies, period) with floor <= period / copies < ratio, smallest ratio first (lazily:
+    on a fine grid there are many)."""
+    def periods(p: int) -> Iterator[tuple[Fraction, int, int]]:
+        return ((Fraction(t, p), p, t) for t in range(math.ceil(floor * p), math.ceil(ratio * p)))
+    return ((p, t) for _, p, t in heapq.merge(*(periods(p) for p in range(1, MAX_COPIES + 1))))
 
 
 def find_repetend(problem: Problem, time_limit: float, workers: int | None = None,
