@@ -111,3 +111,16 @@ def test_objective_span_is_an_option(tessel, tmp_path: Path) -> None:
     assert json.loads(out.read_text())["meta"]["objective"] == "span"
     with pytest.raises(ValueError, match="unknown objective"):
         search(p, 4, objective="latency")
+
+
+def test_the_shard_bound_proves_the_m_shape_optimal() -> None:
+    p = library.build("mshape", devices=4)
+    # the exact solve proves 60 optimal at N = 8 on its own; the fill bound reaches it too
+    e = search(p, 8, 20, mode="exact", time_limit=60)
+    assert e.meta["statuses"]["exact"] == "optimal" and e.makespan == 60
+    assert bounds.shard_lower_bound(p, 8) == 60 > bounds.lower_bound(p, 8)
+    s = search(p, 16, 20)
+    assert s.meta["bound_source"] == "shard" and s.meta["lower_bound"] == 108 == s.makespan
+    assert s.meta["status"] == "optimal" and s.meta["gap"] == 0
+    # no block on every device: nothing to add
+    assert bounds.shard_lower_bound(library.build("vshape", devices=4), 16) == 0

@@ -466,6 +466,9 @@ def _lower_bound(run: Run) -> tuple[Number, str]:
     if run.objective == "span":  # each device's own work
         return max(n * x for x in pl.loads), "analytic"
     best: tuple[Number, str] = (bounds.lower_bound(pl, n), "analytic")
+    shard = bounds.shard_lower_bound(pl, n)
+    if shard > best[0] + EPS:
+        best = (shard, "shard")
     limit = p.real_limit()
     for d in p.limited_devices() if limit is not None else []:
         pairs = p.memory_pairs(d)
