@@ -12,9 +12,9 @@ Two constructions, the shortest span that exists is kept:
   it waited becoming its offset. Shorter spans, but packing can fail where `packed` succeeds.
 
 The period starts at the bound and grows until a construction exists and its steady-state
-memory fits, or until one micro-batch at a time (`sequential`, which fits whenever any order of
-one micro-batch does in the releases-first order); the solver then only polishes the span
-within the time limit (orchestrate.py).
+memory fits, or until one micro-batch at a time (`sequential`: its period is one micro-batch's
+makespan, so it always exists, and it fits whenever one micro-batch in the releases-first order
+does); the solver then only polishes the span within the time limit (orchestrate.py).
 """
 from __future__ import annotations
 
