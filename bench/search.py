@@ -39,6 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SUITE = ROOT.parent / "shared" / "bench" / "suite.json"
 CHECKER = ROOT.parent / "shared" / "tools" / "check_schedule.py"
 NS = (16, 64, 128)
+Facts = dict[str, Any]
 TIME_TARGET = {4: 1.0, 6: 5.0, 8: 5.0, 16: 60.0, 32: 60.0}
 
 
@@ -111,8 +112,10 @@ def run_method(method: str, p: Placement, memory: Any, ns: tuple[int, ...], repe
 
 
 # ---- the suite ---------------------------------------------------------------------------------
-def suite_rows(cases: list[dict], repeat: int, check: bool) -> tuple[list[str], list[str], dict]:
-    headline, detail, facts = [], [], {"cases": []}
+def suite_rows(cases: list[Facts], repeat: int, check: bool) -> tuple[list[str], list[str], Facts]:
+    headline: list[str] = []
+    detail: list[str] = []
+    facts: Facts = {"cases": []}
     for case in cases:
         p = Placement.from_dict(case["placement"])
         mem, ref = case["memory"], case["reference"]
@@ -125,7 +128,7 @@ def suite_rows(cases: list[dict], repeat: int, check: bool) -> tuple[list[str], 
         lb = {n: bounds.lower_bound(p, n) for n in NS}
         pb = bounds.period_lower_bound(p)
         facts["cases"].append(dict(name=case["name"], devices=p.devices, tessel=t.makespan, fast=f.makespan,
-                                   ref=refm, base=base, seconds=min(t.worst_seconds, f.worst_seconds),
+                                   ref=refm, base=base, seconds=min(t.worst_seconds or 0.0, f.worst_seconds or 0.0),
                                    tessel_seconds=t.worst_seconds, period=t.period, bound=pb,
                                    period_optimal=t.period_optimal, proven16=t.proven16))
         cells = []
@@ -146,7 +149,7 @@ def suite_rows(cases: list[dict], repeat: int, check: bool) -> tuple[list[str], 
 
 
 # ---- exact on small N ----------------------------------------------------------------------------
-def exact_rows(cases: list[dict], ns: tuple[int, ...], limit: float) -> tuple[list[str], list[dict]]:
+def exact_rows(cases: list[Facts], ns: tuple[int, ...], limit: float) -> tuple[list[str], list[Facts]]:
     rows, facts = [], []
     for case in cases:
         p = Placement.from_dict(case["placement"])
@@ -165,7 +168,7 @@ def exact_rows(cases: list[dict], ns: tuple[int, ...], limit: float) -> tuple[li
 
 
 # ---- larger device counts ------------------------------------------------------------------------
-def large_rows(devices: tuple[int, ...], n: int, limit: float) -> tuple[list[str], list[dict]]:
+def large_rows(devices: tuple[int, ...], n: int, limit: float) -> tuple[list[str], list[Facts]]:
     rows, facts = [], []
     for d in devices:
         for name in library.PLACEMENTS:
@@ -196,7 +199,7 @@ def _greedy(p: Placement, n: int, mem: float) -> float | None:
 
 
 # ---- targets -------------------------------------------------------------------------------------
-def targets(facts: dict, exact: list[dict], large: list[dict]) -> list[str]:
+def targets(facts: Facts, exact: list[Facts], large: list[Facts]) -> list[str]:
     out = []
     worse, better16, with_ref, slow, not_bound = [], 0, 0, [], []
     for c in facts["cases"]:

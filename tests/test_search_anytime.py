@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -98,7 +99,7 @@ def test_no_order_of_one_micro_batch_fits_is_proven_and_named() -> None:
     assert search(p, 4, 4).makespan == 12
 
 
-def test_objective_span_is_an_option(tessel, tmp_path: Path) -> None:
+def test_objective_span_is_an_option(tessel: Callable[..., tuple[int, str, str]], tmp_path: Path) -> None:
     p = library.build("vshape", devices=4)
     s = search(p, 16, 4, objective="span")
     assert s.meta["objective"] == "span"
