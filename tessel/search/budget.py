@@ -9,6 +9,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+MODES = ("tessel", "fast", "exact")
+OBJECTIVES = ("makespan", "span")
+DEFAULT_LIMIT = {"tessel": 120.0, "fast": 60.0, "exact": 60.0}  # seconds, by mode
+
 
 @dataclass(frozen=True)
 class Budget:

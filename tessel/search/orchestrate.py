@@ -31,7 +31,7 @@ from ..numeric import fmt, rounded
 from ..placement import Number, Placement
 from ..schedule import EPS, Repetend, Schedule, ScheduleError
 from ..timing import orders_of, schedule_from_orders
-from .budget import Budget, Clock
+from .budget import DEFAULT_LIMIT, MODES, OBJECTIVES, Budget, Clock
 from .completion import compact, complete, makespan, plain_unroll
 from .exact import solve_exact
 from .fast import NoFitError, constructions, sequential, starting_repetend
@@ -43,9 +43,6 @@ from .report import SearchReport
 from .solver import DEFAULT_WORKERS, Progress
 
 log = logging.getLogger(__name__)
-MODES = ("tessel", "fast", "exact")
-OBJECTIVES = ("makespan", "span")
-DEFAULT_LIMIT = {"tessel": 120.0, "fast": 60.0, "exact": 60.0}
 FREE_TASKS = 200  # most tasks one completion solve frees at each end
 FREE_MICRO_BATCHES = 6  # and most micro-batches
 BASELINE_TASKS = 20_000  # baselines race against the search up to this many tasks (N x blocks)
@@ -89,13 +86,14 @@ def objective_value(s: Schedule, objective: str = "makespan") -> Number:
 
 def search(placement: Placement, micro_batches: int, memory: Number | Sequence[Number] | None = None,
            mode: str = "tessel", time_limit: float | None = None, workers: int | None = None,
-           progress: Progress | None = None, objective: str = "makespan") -> Schedule:
+           progress: Progress | None = None, objective: str = "makespan", started: float | None = None) -> Schedule:
     """The schedule of `micro_batches` micro-batches under per-device `memory` limits.
 
     Raises MemoryLimitError (a ValueError) naming the least limit per device when one
     micro-batch cannot fit; otherwise returns a valid schedule within the time limit (a wall
-    clock), the best found, and says how it got it in meta (SearchReport)."""
-    t0 = time.perf_counter()
+    clock from `started`, a time.perf_counter() value, default now), the best found, and says
+    how it got it in meta (SearchReport)."""
+    t0 = time.perf_counter() if started is None else started
     _check_args(micro_batches, mode, time_limit, workers, objective)
     budget = Budget()
     problem = make_problem(placement, memory)
