@@ -12,7 +12,13 @@ exact:  the tessel schedule as a hint, then the whole N-micro-batch problem in o
 Completion runs on a working number of micro-batches big enough for a steady state (or N
 itself when N is smaller); larger N is reached by Schedule.unroll, so the search costs the
 same for 100 or 10,000 micro-batches. The applicable baselines race against the result up to
-BASELINE_TASKS tasks (N x blocks): the search never returns a schedule longer than theirs there.
+BASELINE_TASKS tasks (N x blocks) and while one fits the race's share of the clock (budget.py):
+the search never returns a schedule longer than any baseline that ran. At the end the schedule
+is replayed on the real durations (order kept), so rounding durations up to the integer grid
+costs nothing against a baseline.
+
+The bound in the report is the best proven one: FORMAT.md's, the fill through all-device blocks,
+Little's law on the memory limit (bounds.py), or a CP-SAT bound on an exact grid.
 """
 from __future__ import annotations
 
