@@ -2,13 +2,12 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import time
-from collections.abc import Callable, Mapping
-from contextlib import AbstractContextManager
+from collections.abc import Mapping
 from typing import Any
 
 from ..search import MODES, OBJECTIVES, search
+from ..viz.progress import ProgressLine
 from .common import add_memory_arg, add_placement_args, fmt, positive_int, print_summary, resolve_placement
 from .outputs import add_output_args, write_outputs
 
@@ -52,7 +51,7 @@ def _seconds(text: str) -> float:
 
 def _search(args: argparse.Namespace) -> int:
     placement = resolve_placement(args)
-    with _progress() as progress:
+    with ProgressLine("search") as progress:
         limit = None if args.time_limit is None else max(args.time_limit - EXIT_SECONDS, args.time_limit * 0.75)
         s = search(placement, args.micro_batches, memory=args.memory, mode=args.mode, time_limit=limit,
                    workers=args.workers, progress=progress, objective=args.objective, started=_STARTED)
@@ -62,15 +61,6 @@ def _search(args: argparse.Namespace) -> int:
     _print_search_meta(s.meta)
     write_outputs(s, args)
     return 0
-
-
-def _progress() -> AbstractContextManager[Callable[[dict[str, Any]], None] | None]:
-    """A live progress line on a terminal when the viz module is there; nothing otherwise."""
-    try:
-        from ..viz.progress import ProgressLine
-    except ImportError:
-        return contextlib.nullcontext(None)
-    return ProgressLine("search")
 
 
 def _print_search_meta(meta: Mapping[str, Any]) -> None:
