@@ -125,3 +125,29 @@ def test_the_shard_bound_proves_the_m_shape_optimal() -> None:
     assert s.meta["status"] == "optimal" and s.meta["gap"] == 0
     # no block on every device: nothing to add
     assert bounds.shard_lower_bound(library.build("vshape", devices=4), 16) == 0
+
+
+def test_the_circle_check_agrees_with_the_pairwise_one() -> None:
+    import random
+    from bisect import insort
+
+    from tessel.search.fast import _free
+    rng = random.Random(7)
+    for _ in range(200):
+        T = rng.randint(4, 40)
+        busy: list[tuple[int, int]] = []
+        for _ in range(rng.randint(0, 6)):
+            phase, dur = rng.randrange(T), rng.randint(1, 5)
+            if all((phase - p) % T >= d and (p - phase) % T >= dur for p, d in busy):
+                insort(busy, (phase, dur))
+        phase, dur = rng.randrange(T), rng.randint(1, T)
+        pairwise = all((phase - p) % T >= d and (p - phase) % T >= dur for p, d in busy)
+        assert _free(busy, phase, dur, T) == pairwise, (busy, phase, dur, T)
+
+
+def test_budget_shares_are_named_and_fast_has_its_own_ceiling() -> None:
+    from tessel.search import Budget
+    b = Budget()
+    assert b.fast_limit(50) == b.fast_limit(200) == 2.0 and b.fast_limit(1000) == 20.0
+    assert 2.0 < b.fast_limit(600) < 20.0 and b.fast_limit(2000) == 40.0
+    assert b.reserve(10.0, 0) == pytest.approx(1.0) and b.reserve(2.0, 10**6) == pytest.approx(1.0)
