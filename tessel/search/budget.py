@@ -54,7 +54,7 @@ class Budget:
     @staticmethod
     def completion_stall(free_micro_batches: int, blocks: int) -> float:
         """Seconds without a shorter end after which a warm-up or cool-down solve stops."""
-        return min(2.0, max(0.1, free_micro_batches * blocks / 1000))
+        return min(2.0, max(0.4, free_micro_batches * blocks / 1000))
 
 
 FAST_SMALL_BLOCKS = 200

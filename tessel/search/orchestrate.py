@@ -54,6 +54,7 @@ FREE_MICRO_BATCHES = 6  # and most micro-batches
 BASELINE_TASKS = 20_000  # baselines race against the search up to this many tasks (N x blocks)
 WHOLE_TASKS = 160  # up to this many tasks, tessel also improves the whole schedule in one solve
 KERNEL_TRIES = 8  # window starts checked by a real unroll before giving up on a candidate
+PATIENCE = 4  # the second round of completion waits this many times longer for an improvement
 
 
 @dataclass
@@ -257,8 +258,14 @@ def finish(run: Run, mod: Modulo, rivals: Sequence[Schedule]) -> Schedule:
     stall = run.budget.completion_stall(free[-1], len(p.block_ids))
     plain = compact(p, work, plain_unroll(mod, work))
     done = complete(p, plain, work, free, run.clock.left(), run.workers, stall, p.lower_bound(work))
-    run.statuses["completion"] = list(done.statuses)
-    s = _own(run, mod, work, [done.starts, plain])
+    statuses = list(done.statuses)
+    first = done.starts
+    if makespan(p, first) > p.lower_bound(work) and run.clock.left() > PATIENCE * stall * 2 * len(free):
+        # a solve stopped on a stall is at the mercy of the machine's load: go again, more patiently
+        done = complete(p, first, work, free, run.clock.left(), run.workers, PATIENCE * stall, p.lower_bound(work))
+        statuses += done.statuses
+    run.statuses["completion"] = statuses
+    s = _own(run, mod, work, [done.starts, first, plain])
     run.report(phase="completion", makespan=s.makespan, period=_per_micro_batch(p, mod))
     run.lap("completion", t0)
     t1 = time.perf_counter()
