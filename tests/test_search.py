@@ -159,7 +159,7 @@ def test_bad_arguments_are_named() -> None:
 
 
 def test_a_time_limit_returns_the_best_found_and_says_so() -> None:
-    p = library.build("nnshape", devices=8)
+    p = library.build("xshape", devices=8)  # nnshape-8 reaches its (shard) bound at once: optimal
     s = checked(search(p, 32, 20, time_limit=0.3))
     assert s.meta["status"] == "time_limit"
     assert s.meta["seconds"]["total"] < 5
