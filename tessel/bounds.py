@@ -1,6 +1,7 @@
 """Lower bounds of FORMAT.md: critical path, per-device head + N * load + tail."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .placement import Number, Placement
@@ -54,3 +55,57 @@ def lower_bound(p: Placement, micro_batches: int) -> Number:
 def period_lower_bound(p: Placement) -> Number:
     """No steady state repeats faster than the busiest device's load per micro-batch."""
     return max(p.loads)
+
+
+def hold_time(p: Placement, first: str, last: str) -> Number:
+    """Least time from the start of `first` to the end of `last` (a descendant): the longest path."""
+    dist: dict[str, Number] = {first: 0}
+    for x in p.topo_order:
+        if x in dist:
+            for y in p.succs[x]:
+                dist[y] = max(dist.get(y, 0), dist[x] + p.by_id[x].duration + p.edge_latency(x, y))
+    return dist[last] + p.by_id[last].duration
+
+
+def memory_lower_bound(p: Placement, micro_batches: int, device: int, holds: Sequence[tuple[str, str, Number]],
+                       limit: Number) -> Number:
+    """Little's law over a whole run: every micro-batch holds `amount` on the device from the
+    start of an allocating block to the end of its releasing one, for at least their hold time;
+    the memory level never exceeds `limit`, so the memory-time N * sum(amount * hold) fits in
+    limit * (the time between the first allocation and the last release), which itself leaves
+    the head before and the tail after. With at most k micro-batches' memory in flight, the
+    device's period cannot be shorter than what k allow."""
+    if not holds or limit <= 0:
+        return 0
+    pt = paths(p)
+    held = sum(amount * hold_time(p, a, r) for a, r, amount in holds)
+    head = min(pt.earliest[a] for a, _, _ in holds)
+    tail = min(pt.tail[r] - p.by_id[r].duration for _, r, _ in holds)
+    return head + micro_batches * held / limit + tail
+
+
+def shard_lower_bound(p: Placement, micro_batches: int) -> Number:
+    """Pipeline fill through blocks on all devices. A block on every device (a sharded
+    embedding, a replicated layer) stops every other block while it runs, so the time splits
+    into its runs (N times their summed duration) and the rest. In the rest, the other blocks
+    keep their dependencies (with the all-device blocks and the latencies taking no time: both
+    may hide in the runs), so each device still waits for its first block and after its last:
+    makespan >= N * load(all-device blocks) + max over devices of head' + N * load'(d) + tail'."""
+    every = {b.id for b in p.blocks if len(b.devices) == p.devices}
+    if not every or len(every) == len(p.blocks) or p.devices < 2:
+        return 0
+    dur = {b.id: (0 if b.id in every else b.duration) for b in p.blocks}
+    est: dict[str, Number] = {}
+    for x in p.topo_order:
+        est[x] = max((est[a] + dur[a] for a in p.preds[x]), default=0)
+    tail: dict[str, Number] = {}  # least time after x's end
+    for x in reversed(p.topo_order):
+        tail[x] = max((dur[s] + tail[s] for s in p.succs[x]), default=0)
+    shared = sum(p.by_id[b].duration for b in every)
+    best: Number = 0
+    for d in range(p.devices):
+        own = [b.id for b in p.blocks_on(d) if b.id not in every]
+        if own:
+            load = sum(dur[b] for b in own)
+            best = max(best, min(est[b] for b in own) + micro_batches * load + min(tail[b] for b in own))
+    return micro_batches * shared + best

@@ -2,14 +2,19 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
-from collections.abc import Callable, Mapping
-from contextlib import AbstractContextManager
+import time
+from collections.abc import Mapping
 from typing import Any
 
-from ..search import MODES, search
+from ..search import MODES, OBJECTIVES, search
+from ..viz.progress import ProgressLine
 from .common import add_memory_arg, add_placement_args, fmt, positive_int, print_summary, resolve_placement
 from .outputs import add_output_args, write_outputs
+
+# the command's wall clock: the search's time limit counts from here (CP-SAT loads on its clock),
+# less what printing, writing and the interpreter's exit take after a search (CP-SAT's finalisers)
+_STARTED = time.perf_counter()
+EXIT_SECONDS = 0.75
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -23,7 +28,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--mode", choices=MODES, default="tessel",
                    help="tessel (default): solver repetend; fast: constructed repetend for large "
                         "placements; exact: the whole problem in one solve (small N)")
-    p.add_argument("--time-limit", type=_seconds, metavar="S", help="seconds for the whole search")
+    p.add_argument("--objective", choices=OBJECTIVES, default="makespan",
+                   help="makespan (default): first start to last end; span: the longest time from a "
+                        "device's first start to its last end (the iteration time when iterations overlap)")
+    p.add_argument("--time-limit", type=_seconds, metavar="S",
+                   help="seconds for the whole search, a wall clock (fast stops sooner when it stalls)")
     p.add_argument("--workers", type=positive_int, metavar="K", help="CP-SAT worker threads (default 1: the same schedule every run; more may be faster but can differ)")
     p.add_argument("--ascii", action="store_true", help="print the schedule as ASCII")
     add_output_args(p)
@@ -42,9 +51,10 @@ def _seconds(text: str) -> float:
 
 def _search(args: argparse.Namespace) -> int:
     placement = resolve_placement(args)
-    with _progress() as progress:
-        s = search(placement, args.micro_batches, memory=args.memory, mode=args.mode,
-                   time_limit=args.time_limit, workers=args.workers, progress=progress)
+    with ProgressLine("search") as progress:
+        limit = None if args.time_limit is None else max(args.time_limit - EXIT_SECONDS, args.time_limit * 0.75)
+        s = search(placement, args.micro_batches, memory=args.memory, mode=args.mode, time_limit=limit,
+                   workers=args.workers, progress=progress, objective=args.objective, started=_STARTED)
     if args.ascii:
         print(s.ascii(), end="")
     print_summary(s)
@@ -53,18 +63,15 @@ def _search(args: argparse.Namespace) -> int:
     return 0
 
 
-def _progress() -> AbstractContextManager[Callable[[dict[str, Any]], None] | None]:
-    """A live progress line on a terminal when the viz module is there; nothing otherwise."""
-    try:
-        from ..viz.progress import ProgressLine
-    except ImportError:
-        return contextlib.nullcontext(None)
-    return ProgressLine("search")
-
-
 def _print_search_meta(meta: Mapping[str, Any]) -> None:
+    undecided = meta.get("periods_undecided") or None
+    bound = meta.get("lower_bound")
+    proven = None if bound is None else f"{fmt(bound)} ({meta.get('bound_source', 'analytic')})"
+    statuses = {k: v for k, v in (meta.get("statuses") or {}).items() if k != "periods_tried"}
     rows = [("period_optimal", meta.get("period_optimal")), ("period_lower_bound", meta.get("period_lower_bound")),
-            ("gap", meta.get("gap")), ("base", meta.get("base")), ("statuses", _statuses(meta.get("statuses"))),
+            ("undecided", undecided), ("proven_bound", proven), ("gap", meta.get("gap")),
+            ("objective", meta.get("objective") if meta.get("objective") != "makespan" else None),
+            ("base", meta.get("base")), ("statuses", _statuses(statuses)),
             ("seconds", _statuses(meta.get("seconds")))]
     for k, v in rows:
         if v is not None:

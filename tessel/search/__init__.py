@@ -1,9 +1,32 @@
 """Search: the schedule of a placement for N micro-batches under memory limits.
 
 `search(placement, micro_batches, memory=None, mode="tessel", time_limit=None, workers=None,
-progress=None) -> Schedule`; modes `tessel` (default), `fast` and `exact` (see pipeline.py).
+progress=None, objective="makespan") -> Schedule`; modes `tessel` (default), `fast` and `exact`
+(see orchestrate.py). CP-SAT (with numpy and pandas) takes seconds to import, so it is loaded
+on the first search, on that search's clock: the time limit covers it.
 """
-from .pipeline import MODES, search
-from .problem import MemoryLimitError
+from __future__ import annotations
 
-__all__ = ["MODES", "MemoryLimitError", "search"]
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from .budget import MODES, OBJECTIVES, Budget
+from .problem import MemoryLimitError
+from .report import SearchReport
+
+if TYPE_CHECKING:
+    from ..placement import Number, Placement
+    from ..schedule import Schedule
+
+__all__ = ["MODES", "OBJECTIVES", "Budget", "MemoryLimitError", "SearchReport", "search"]
+
+
+def search(placement: Placement, micro_batches: int, memory: Number | Sequence[Number] | None = None,
+           mode: str = "tessel", time_limit: float | None = None, workers: int | None = None,
+           progress: Any = None, objective: str = "makespan", started: float | None = None) -> Schedule:
+    """See orchestrate.search; `started` (a time.perf_counter() value) is when the wall clock of
+    the time limit started, default now."""
+    started = time.perf_counter() if started is None else started
+    from .orchestrate import search as run
+    return run(placement, micro_batches, memory, mode, time_limit, workers, progress, objective, started)

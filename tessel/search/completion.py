@@ -24,7 +24,7 @@ from ..key import Key
 from ..timing import earliest_starts, orders_from_starts
 from .modulo import Modulo
 from .problem import Problem
-from .solver import Model, SolveResult
+from .solver import Expr, Model, SolveResult
 
 log = logging.getLogger(__name__)
 Starts = Mapping[Key, int]
@@ -47,7 +47,8 @@ def makespan(problem: Problem, starts: Starts) -> int:
 
 def compact(problem: Problem, micro_batches: int, starts: Starts) -> dict[Key, int]:
     """Every device's order replayed as early as possible (never longer, same memory)."""
-    return earliest_starts(problem.units, micro_batches, orders_from_starts(problem.units, starts))
+    out = earliest_starts(problem.units, micro_batches, orders_from_starts(problem.units, starts))
+    return {key: int(v) for key, v in out.items()}
 
 
 def complete(problem: Problem, starts: Starts, micro_batches: int, free: Sequence[int], time_limit: float,
@@ -77,17 +78,17 @@ def add_tasks(m: Model, problem: Problem, free: Mapping[Key, tuple[int, int]], f
     dependencies of free tasks, and memory on every limited device. `base` holds the start of
     every other task: the memory events of a micro-batch the model touches are all counted."""
     for (b, k), (lo, hi) in free.items():
-        m.occupy(m.int_var((b, k), lo, hi), problem.duration[b], problem.devices_of[b])
-    for (b, _k), s in fixed.items():
-        m.occupy(s, problem.duration[b], problem.devices_of[b])
+        m.occupy(m.int_var((b, k), lo, hi), problem.duration[b], problem.devices_of[b], f"task_{b}_{k}")
+    for (b, k), s in fixed.items():
+        m.occupy(s, problem.duration[b], problem.devices_of[b], f"fixed_{b}_{k}")
     for a, b in problem.units.edges:
         for k in {k for (x, k) in free if x == b}:
             if (a, k) in free:
                 m.precede(m.vars[(a, k)], m.vars[(b, k)], problem.gap(a, b))
             else:
-                m.cp.add(m.vars[(b, k)] >= fixed[(a, k)] + problem.gap(a, b))
+                m.precede(fixed[(a, k)], m.vars[(b, k)], problem.gap(a, b))
         for k in {k for (x, k) in free if x == a and (b, k) not in free}:
-            m.cp.add(m.vars[(a, k)] <= fixed[(b, k)] - problem.gap(a, b))
+            m.precede(m.vars[(a, k)], fixed[(b, k)], problem.gap(a, b))
     start = {**(base or {}), **fixed, **{key: m.vars[key] for key in free}}
     touched = {k for _, k in list(free) + list(fixed)}
     low = min([lo for lo, _ in free.values()] + list(fixed.values()))
@@ -106,7 +107,7 @@ def _completed(problem: Problem, d: int, base: Starts, touched: set[int], low: i
     return done * sum(problem.memory[b] for b in problem.memory_blocks(d))
 
 
-def _memory(m: Model, problem: Problem, d: int, start: Mapping[Key, object], touched: set[int],
+def _memory(m: Model, problem: Problem, d: int, start: Mapping[Key, Expr], touched: set[int],
             offset: tuple[int, int]) -> None:
     """Memory of device d: holds from allocation to release (a cumulative, which propagates
     well) when the placement pairs them, else a reservoir of events."""
@@ -114,7 +115,7 @@ def _memory(m: Model, problem: Problem, d: int, start: Mapping[Key, object], tou
     if pairs is not None:
         spans = [(start[(a, k)], start[(r, k)] + problem.duration[r], amount)
                  for a, r, amount in pairs for k in touched]
-        m.holds(spans, problem.limit[d])
+        m.holds(spans, problem.cap(d))
         return
     times, deltas = [], []
     for b in problem.memory_blocks(d):
@@ -125,7 +126,7 @@ def _memory(m: Model, problem: Problem, d: int, start: Mapping[Key, object], tou
     if offset[1]:  # (time, amount): before everything the model holds
         times.append(offset[0])
         deltas.append(offset[1])
-    m.reservoir(times, deltas, problem.limit[d])
+    m.reservoir(times, deltas, problem.cap(d))
 
 
 def _warmup(problem: Problem, starts: Starts, mbs: set[int], time_limit: float, workers: int | None,
@@ -139,9 +140,7 @@ def _warmup(problem: Problem, starts: Starts, mbs: set[int], time_limit: float, 
     m = Model()
     add_tasks(m, problem, free, fixed, starts)
     first_fixed = min(fixed.values(), default=end)
-    first = m.cp.new_int_var(t0, min(end, first_fixed), "first")
-    for key in free:
-        m.cp.add(first <= m.vars[key])
+    first = m.earliest("first", t0, min(end, first_fixed), (m.vars[key] for key in free))
     m.hints({key: starts[key] for key in free})
     bound = _latest_first(problem, fixed, free_keys, end)
     m.minimize(first_fixed - first, lower=max(0, first_fixed - bound))
@@ -161,9 +160,7 @@ def _cooldown(problem: Problem, starts: Starts, mbs: set[int], time_limit: float
     m = Model()
     add_tasks(m, problem, free, fixed, starts)
     last_fixed = max((s + problem.duration[b] for (b, _), s in fixed.items()), default=begin)
-    last = m.cp.new_int_var(max(begin, last_fixed), end, "last")
-    for (b, k) in free:
-        m.cp.add(last >= m.vars[(b, k)] + problem.duration[b])
+    last = m.latest("last", max(begin, last_fixed), end, (m.vars[(b, k)] + problem.duration[b] for (b, k) in free))
     m.hints({key: starts[key] for key in free})
     bound = _earliest_last(problem, fixed, free_keys, begin)
     m.minimize(last - last_fixed, lower=max(0, bound - last_fixed))

@@ -33,10 +33,8 @@ def solve_exact(problem: Problem, micro_batches: int, time_limit: float, workers
     add_tasks(m, problem, free, {})
     for b in fifo_blocks(problem):
         for k in range(n - 1):
-            m.cp.add(m.vars[(b, k)] <= m.vars[(b, k + 1)])
-    makespan = m.cp.new_int_var(lb, horizon, "makespan")
-    for (b, k) in free:
-        m.cp.add(makespan >= m.vars[(b, k)] + problem.duration[b])
+            m.precede(m.vars[(b, k)], m.vars[(b, k + 1)], 0)
+    makespan = m.latest("makespan", lb, horizon, (m.vars[(b, k)] + problem.duration[b] for (b, k) in free))
     if hint:
         m.hints(_relabelled(hint, problem, n))
     m.minimize(makespan, lower=lb)

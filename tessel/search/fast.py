@@ -12,19 +12,25 @@ Two constructions, the shortest span that exists is kept:
   it waited becoming its offset. Shorter spans, but packing can fail where `packed` succeeds.
 
 The period starts at the bound and grows until a construction exists and its steady-state
-memory fits; the solver then only polishes the span within the time limit (pipeline.py).
+memory fits, or until one micro-batch at a time (`sequential`: its period is one micro-batch's
+makespan, so it always exists, and it fits whenever one micro-batch in the releases-first order
+does); the solver then only polishes the span within the time limit (orchestrate.py).
 """
 from __future__ import annotations
 
 import logging
+import time
+from bisect import bisect_right, insort
 from collections.abc import Sequence
 
 from ..errors import SearchError
+from ..timing import earliest_starts
 from .modulo import Modulo, fits
 from .problem import Problem
 
 log = logging.getLogger(__name__)
-Busy = list[tuple[int, int]]  # (phase, duration) on one device
+Busy = list[tuple[int, int]]  # (phase, duration) on one device, sorted
+MAX_STEPS = 64  # periods tried upward from the bound before one micro-batch at a time
 
 
 def construct(problem: Problem, period: int, order: Sequence[str] | None = None) -> Modulo | None:
@@ -37,8 +43,7 @@ def construct(problem: Problem, period: int, order: Sequence[str] | None = None)
         if t is None:
             return None
         starts[b] = t
-        for d in problem.devices_of[b]:
-            busy[d].append((t % period, problem.duration[b]))
+        _take(busy, problem.devices_of[b], t % period, problem.duration[b])
     return Modulo.from_starts(period, {(b, 0): s for b, s in starts.items()})
 
 
@@ -52,7 +57,19 @@ def _earliest(busy: list[Busy], devices: Sequence[int], ready: int, dur: int, T:
 
 
 def _free(busy: Busy, phase: int, dur: int, T: int) -> bool:
-    return all((phase - p) % T >= d and (p - phase) % T >= dur for p, d in busy)
+    """[phase, phase + dur) overlaps no interval of the circle: only the interval starting at or
+    before the phase and the next one after it can overlap (busy is sorted and never overlaps)."""
+    if not busy:
+        return True
+    i = bisect_right(busy, (phase, T + 1)) - 1
+    p, d = busy[i]  # i = -1: the last one, which may wrap past T
+    q, _ = busy[(i + 1) % len(busy)]
+    return (phase - p) % T >= d and (q - phase) % T >= dur
+
+
+def _take(busy: list[Busy], devices: Sequence[int], phase: int, dur: int) -> None:
+    for d in devices:
+        insort(busy[d], (phase, dur))
 
 
 def packed(problem: Problem, period: int) -> Modulo | None:
@@ -67,8 +84,7 @@ def packed(problem: Problem, period: int) -> Modulo | None:
         if t is None:
             return None
         phase[b] = t
-        for d in problem.devices_of[b]:
-            busy[d].append((t, problem.duration[b]))
+        _take(busy, problem.devices_of[b], t, problem.duration[b])
     starts: dict[str, int] = {}
     for b in problem.block_ids:
         ready = max((starts[a] + problem.gap(a, b) for a in problem.units.preds[b]), default=0)
@@ -82,16 +98,39 @@ def constructions(problem: Problem, period: int) -> list[Modulo]:
     return sorted((m for m in built if m is not None), key=lambda m: m.span(problem))
 
 
-def fast_repetend(problem: Problem, max_steps: int = 64) -> Modulo:
-    """The smallest period, from the load bound up, with a construction that fits memory."""
+def starting_repetend(problem: Problem, deadline: float | None = None) -> Modulo:
+    """The smallest period, from the load bound up, with a construction that fits memory; when
+    none is found before `deadline` (perf_counter time), one micro-batch at a time.
+
+    Raises NoFitError when not even one micro-batch at a time fits in that order (the caller
+    then asks the solver whether any order does)."""
+    one = sequential(problem)
     T, step = problem.period_bound, max(1, problem.period_bound // 100)
-    for i in range(max_steps):
+    for i in range(MAX_STEPS):
+        if T >= one.period or (deadline is not None and time.perf_counter() > deadline):
+            break
         fitting = [m for m in constructions(problem, T) if fits(problem, m)]
         if fitting:
             return fitting[0]
         T += step if i < 8 else step * (2 ** (i - 7))
-    raise SearchError(f"fast construction found no repetend for {problem.placement.name!r} up to period "
-                     f"{problem.real(T)}; try mode 'tessel'")
+    if not fits(problem, one):
+        raise NoFitError(f"one micro-batch at a time does not fit the memory of {problem.placement.name!r}")
+    return one
+
+
+def sequential(problem: Problem) -> Modulo:
+    """One micro-batch at a time: its blocks in the order that releases memory first, each as
+    early as its inputs and devices allow, and the period its makespan, so micro-batches never
+    overlap and the steady state holds what one micro-batch holds."""
+    order = _orders(problem)[1]
+    devices = [[(b, 0) for b in order if d in problem.devices_of[b]] for d in range(problem.units.devices)]
+    starts = earliest_starts(problem.units, 1, devices)
+    span = max(int(s) + problem.duration[b] for (b, _), s in starts.items())
+    return Modulo.from_starts(span, {(b, 0): int(s) for (b, _), s in starts.items()})
+
+
+class NoFitError(SearchError):
+    """The sequential construction does not fit the memory limit."""
 
 
 def _orders(problem: Problem) -> list[Sequence[str]]:

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from fractions import Fraction
 from functools import cached_property
+from typing import Any
 
 from .. import bounds, graph
 from ..errors import TesselError
@@ -99,9 +100,9 @@ class Problem:
         best = Fraction(0)
         for d in self.limited_devices():
             pairs = self.memory_pairs(d)
-            if pairs and self.limit[d] > 0:
+            if pairs and self.cap(d) > 0:
                 held = sum(amount * self._hold(a, r) for a, r, amount in pairs)
-                best = max(best, Fraction(held, self.limit[d]))
+                best = max(best, Fraction(held, self.cap(d)))
         return best
 
     def _hold(self, a: str, r: str) -> int:
@@ -112,6 +113,11 @@ class Problem:
                 for y in self.units.succs[x]:
                     dist[y] = max(dist.get(y, 0), dist[x] + self.gap(x, y))
         return dist[r] + self.duration[r]
+
+    def cap(self, device: int) -> int:
+        """The memory limit of a limited device, in memory units."""
+        assert self.limit is not None, "only limited devices have a cap"
+        return self.limit[device]
 
     def limited_devices(self) -> list[int]:
         if self.limit is None:
@@ -134,7 +140,7 @@ class Problem:
         return tuple(_unscale(x, self.memory_scale) for x in self.limit)
 
     def schedule(self, micro_batches: int, starts: Mapping[Key, int], repetend_at: tuple[int, int] | None,
-                 period: int | None, meta: Mapping) -> Schedule:
+                 period: int | None, meta: Mapping[str, Any]) -> Schedule:
         """The real schedule of grid starts; `repetend_at` = (start, end) of the kernel on the grid."""
         real = {k: self.real(v) for k, v in starts.items()}
         rep = None
@@ -190,7 +196,7 @@ def _time_resolution(p: Placement) -> tuple[Number, bool]:
 
 def _memory_scale(values: Sequence[Number]) -> int:
     for k in range(7):
-        s = 10**k
+        s: int = 10**k
         if all(abs(v * s - round(v * s)) < 1e-9 * max(1.0, abs(v * s)) for v in values):
             return s
     return 10**6
@@ -214,7 +220,7 @@ def least_memory(units: Placement) -> list[int]:
             continue
         for d in b.devices:
             level = b.memory + sum(units.by_id[a].memory for a in anc[b.id] if d in units.by_id[a].devices)
-            need[d] = max(need[d], level)
+            need[d] = max(need[d], int(level))
     return need
 
 

@@ -7,40 +7,53 @@ overlap modulo T: two copies of each, [r, r + d) and [r + T, r + T + d), go into
 allocation's phase with order booleans [rho_e <= rho_a] (see modulo.py). The objective is the
 span of the pattern, which sets how long warm-up and cool-down are.
 
-T is searched upward from P times the device-load bound. One micro-batch per period (P = 1) is
-tried first; when memory or packing forces its period above the bound, patterns of up to
-MAX_COPIES micro-batches are tried for a smaller period per micro-batch.
+The period search is anytime. It starts from a repetend that fits (a construction, or one
+micro-batch at a time: fast.py), so a feasible period `hi` is known before any solve, and
+brackets between it and the bound `lo`: the bound first, then bisection. No solve gets more
+than a slice of the time, so a period the solver cannot decide in its slice is recorded as
+undecided and the search goes on above it. When one micro-batch per period stays above the
+bound, patterns of up to MAX_COPIES micro-batches are tried for a smaller period per micro-batch.
 """
 from __future__ import annotations
 
+import heapq
 import logging
 import math
 import time
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
 from .. import bounds
-from ..numeric import fmt
 from .fast import constructions
 from .modulo import Modulo, fits
 from .problem import Problem
 from .solver import Model, Progress, SolveResult
 
 log = logging.getLogger(__name__)
-LINEAR_STEPS = 8  # periods tried one by one above the bound before the step doubles
 MAX_COPIES = 4
 COPIES_SHARE = 0.5  # of the time left that patterns of several micro-batches may take
-COPY_SOLVE_SECONDS = 10.0  # per solve; infeasible ones are proven much faster
+SLICE_SHARE = 0.3  # of the period search's time left that one period's solve may take
+MIN_SLICE = 0.05  # seconds: a solve shorter than this decides nothing
 
 
 @dataclass(frozen=True)
 class RepetendResult:
     modulo: Modulo
-    status: str  # of the solve that produced it: optimal (span proven) or feasible
+    found_by: str  # "solver" or "construction" (a construction that fits stood in for the solver)
+    status: str  # of the solve at the chosen period: optimal (span proven), feasible, unknown, ...
     period_optimal: bool  # no repetend of up to MAX_COPIES micro-batches has a smaller period per micro-batch
     tried: tuple[tuple[int, int, str], ...]  # (copies, period, status) in the order solved
+    undecided: tuple[tuple[int, int], ...]  # (copies, period) below the result that no solve decided
     seconds: float
+
+
+@dataclass(frozen=True)
+class _Found:
+    modulo: Modulo
+    found_by: str
+    status: str
 
 
 def modulo_model(problem: Problem, period: int, copies: int, horizon: int) -> Model:
@@ -52,19 +65,17 @@ def modulo_model(problem: Problem, period: int, copies: int, horizon: int) -> Mo
             s = m.int_var(("s", b, j), 0, horizon - d)
             q = m.int_var(("q", b, j), 0, horizon // T)
             r = m.int_var(("r", b, j), 0, T - 1)
-            m.cp.add(s == q * T + r)
-            m.occupy(r, d, problem.devices_of[b])
-            m.occupy(r + T, d, problem.devices_of[b])
+            m.equal(s, q * T + r)
+            m.occupy(r, d, problem.devices_of[b], f"busy_{b}_{j}")
+            m.occupy(r + T, d, problem.devices_of[b], f"wrap_{b}_{j}")
         for a, b in problem.units.edges:
             m.precede(m.vars[("s", a, j)], m.vars[("s", b, j)], problem.gap(a, b))
     first = problem.block_ids[0]
     for j in range(copies - 1):  # copies are interchangeable
-        m.cp.add(m.vars[("s", first, j)] <= m.vars[("s", first, j + 1)])
+        m.precede(m.vars[("s", first, j)], m.vars[("s", first, j + 1)], 0)
     _steady_memory(m, problem, T, copies, horizon)
-    span = m.cp.new_int_var(0, horizon, "span")
-    for (kind, b, _), v in list(m.vars.items()):
-        if kind == "s":
-            m.cp.add(span >= v + problem.duration[b])
+    ends = [m.vars[("s", b, j)] + problem.duration[b] for j in range(copies) for b in problem.block_ids]
+    span = m.latest("span", 0, horizon, ends)
     m.minimize(span, lower=int(bounds.paths(problem.units).critical_path))
     return m
 
@@ -82,8 +93,9 @@ def _steady_memory(m: Model, problem: Problem, T: int, copies: int, horizon: int
                 q_e, rho_e = events[e]
                 mem = problem.memory[e[0]]
                 terms.append(-mem * q_e)
-                terms.append(mem * (1 if e == a else _le(m, rho_e, events[a][1])))
-            m.cp.add(sum(terms) <= problem.limit[d])
+                before = 1 if e == a else m.is_le(rho_e, events[a][1], f"le_{e[0]}_{e[1]}_{a[0]}_{a[1]}")
+                terms.append(mem * before)
+            m.at_most(sum(terms), problem.cap(d))
 
 
 def _event_vars(m: Model, problem: Problem, slot: tuple[str, int], T: int, horizon: int) -> tuple[Any, Any]:
@@ -91,18 +103,10 @@ def _event_vars(m: Model, problem: Problem, slot: tuple[str, int], T: int, horiz
     b, j = slot
     if problem.memory[b] > 0:
         return m.vars[("q", b, j)], m.vars[("r", b, j)]
-    q = m.cp.new_int_var(0, horizon // T + 1, "")
-    rho = m.cp.new_int_var(0, T - 1, "")
-    m.cp.add(q * T + rho == m.vars[("s", b, j)] + problem.duration[b])
+    q = m.aux_var(f"qend_{b}_{j}", 0, horizon // T + 1)
+    rho = m.aux_var(f"rend_{b}_{j}", 0, T - 1)
+    m.equal(q * T + rho, m.vars[("s", b, j)] + problem.duration[b])
     return q, rho
-
-
-def _le(m: Model, x: Any, y: Any) -> Any:
-    """A boolean equal to [x <= y]."""
-    v = m.bool_var()
-    m.cp.add(x <= y).only_enforce_if(v)
-    m.cp.add(x > y).only_enforce_if(~v)
-    return v
 
 
 def solve_period(problem: Problem, period: int, time_limit: float | None, workers: int | None,
@@ -110,9 +114,9 @@ def solve_period(problem: Problem, period: int, time_limit: float | None, worker
                  stall: float | None = None) -> SolveResult:
     """The shortest-span repetend of `copies` micro-batches with this period, if any."""
     usable = hint is not None and hint.period == period and hint.copies == copies
-    horizon = hint.span(problem) if usable else _horizon(problem, period, copies)
+    horizon = hint.span(problem) if hint is not None and usable else _horizon(problem, period, copies)
     m = modulo_model(problem, period, copies, horizon)
-    if usable:
+    if hint is not None and usable:
         for (b, j), s in hint.starts().items():
             m.hint(m.vars[("s", b, j)], s)
             m.hint(m.vars[("q", b, j)], hint.offset[(b, j)])
@@ -127,125 +131,126 @@ def _horizon(problem: Problem, period: int, copies: int) -> int:
     return crit + len(problem.block_ids) * period + (copies - 1) * period
 
 
-def modulo_of(values: dict, problem: Problem, period: int, copies: int = 1) -> Modulo:
+def modulo_of(values: Mapping[Any, int], problem: Problem, period: int, copies: int = 1) -> Modulo:
     starts = {(b, j): values[("s", b, j)] for b in problem.block_ids for j in range(copies)}
     return Modulo.from_starts(period, starts, copies)
 
 
 class _Search:
-    """The period search of one copy count, sharing a clock and a log of every solve."""
+    """The period search, sharing a clock and a log of every solve."""
 
     def __init__(self, problem: Problem, time_limit: float, workers: int | None, progress: Progress | None,
-                 hint: Modulo | None) -> None:
-        self.problem, self.limit, self.workers, self.progress, self.hint = problem, time_limit, workers, progress, hint
+                 stall: float) -> None:
+        self.problem, self.limit, self.workers, self.progress = problem, time_limit, workers, progress
         self.t0 = time.perf_counter()
         self.tried: list[tuple[int, int, str]] = []
-        # the span is only a proxy for warm-up length: stop polishing it once it stalls
-        self.stall = min(5.0, max(0.5, len(problem.block_ids) / 50))
+        self.stall = stall  # the span is only a proxy for warm-up length: stop polishing it once it stalls
 
     def left(self) -> float:
         return self.limit - (time.perf_counter() - self.t0)
 
-    def attempt(self, copies: int, T: int) -> SolveResult:
-        """One period, hinted by a construction at it; a construction that fits memory stands
-        in for a solve that found nothing in time."""
-        built = [m for m in constructions(self.problem, T) if copies == 1]
-        fitting = [m for m in built if fits(self.problem, m)]
-        hint = self.hint if self.hint is not None and self.hint.period == T else (fitting or built or [None])[0]
-        res = solve_period(self.problem, T, max(self.left(), 0.05), self.workers, hint, self.progress, copies,
-                           self.stall)
-        if not res.found and fitting:
-            res = SolveResult("constructed", fitting[0].span(self.problem), None, res.seconds,
-                              {("s", b, j): t for (b, j), t in fitting[0].starts().items()})
-        self.tried.append((copies, T, res.status))
-        return res
+    def slice(self) -> float:
+        return min(self.left(), max(MIN_SLICE, self.left() * SLICE_SHARE))
 
-    def smallest(self, copies: int, lo: int, hi: int) -> tuple[int, SolveResult] | None:
-        """The smallest feasible period in [lo, hi]: upward, one by one then doubling steps,
-        then bisected back down to the last period found infeasible."""
-        best, T, step, n = None, lo, 1, 0
-        while T <= hi and self.left() > 0:
-            res = self.attempt(copies, T)
-            n += 1
-            if res.found:
-                best = (T, res)
-                break
-            lo = T + 1
-            step = step * 2 if n >= LINEAR_STEPS else 1
-            T = min(T + step, hi) if T < hi else hi + 1
-        while best is not None and lo < best[0] and self.left() > 0:
-            mid = (lo + best[0]) // 2
-            res = self.attempt(copies, mid)
-            if res.found:
-                best = (mid, res)
+    def attempt(self, T: int, hint: Modulo | None = None) -> tuple[_Found | None, str]:
+        """One period of one micro-batch, hinted by a construction at it; a construction that fits
+        memory stands in for a solve that found nothing in its slice."""
+        built = constructions(self.problem, T)
+        fitting = [m for m in built if fits(self.problem, m)]
+        if hint is None or hint.period != T or hint.copies != 1:
+            hint = (fitting or built)[0] if fitting or built else None
+        res = solve_period(self.problem, T, self.slice(), self.workers, hint, self.progress, 1, self.stall)
+        self.tried.append((1, T, res.status))
+        if res.found:
+            return _Found(modulo_of(res.values, self.problem, T), "solver", res.status), res.status
+        if fitting:
+            return _Found(fitting[0], "construction", res.status), res.status
+        return None, res.status
+
+    def bracket(self, lo: int, best: _Found) -> _Found:
+        """The smallest period of one micro-batch in [lo, best's period): the bound first, then
+        bisection; an undecided period counts as a failure for the bracket (and is reported)."""
+        hi = best.modulo.period
+        T = lo
+        while lo < hi and self.left() > MIN_SLICE:
+            found, _ = self.attempt(T)
+            if found is not None and found.modulo.period < hi:
+                best, hi = found, found.modulo.period
             else:
-                lo = mid + 1
+                lo = T + 1
+            T = (lo + hi) // 2
+        if best.found_by == "construction" and self.left() > MIN_SLICE:  # polish its span at its period
+            found, _ = self.attempt(hi, best.modulo)
+            if found is not None and found.found_by == "solver":
+                best = found
         return best
 
     def proven_below(self, ratio: Fraction, floor: Fraction) -> bool:
         """Every (copies, period) with floor <= period / copies < ratio was proven infeasible."""
         bad = {(p, t) for p, t, st in self.tried if st == "infeasible"}
-        return all((p, t) in bad for p in range(1, MAX_COPIES + 1)
-                   for t in range(math.ceil(floor * p), math.ceil(ratio * p)))
+        size = sum(max(0, math.ceil(ratio * p) - math.ceil(floor * p)) for p in range(1, MAX_COPIES + 1))
+        return size <= len(bad) and all((p, t) in bad for p, t in _below(ratio, floor))
+
+    def undecided(self, ratio: Fraction) -> list[tuple[int, int]]:
+        """The (copies, period) below `ratio` that a solve tried and could not decide in its slice."""
+        return sorted({(p, t) for p, t, st in self.tried if st not in ("infeasible", "optimal", "feasible")
+                       and Fraction(t, p) < ratio}, key=lambda x: Fraction(x[1], x[0]))
+
+
+def _below(ratio: Fraction, floor: Fraction) -> Iterator[tuple[int, int]]:
+    """Every (copies, period) with floor <= period / copies < ratio, smallest ratio first (lazily:
+    on a fine grid there are many)."""
+    def periods(p: int) -> Iterator[tuple[Fraction, int, int]]:
+        return ((Fraction(t, p), p, t) for t in range(math.ceil(floor * p), math.ceil(ratio * p)))
+    return ((p, t) for _, p, t in heapq.merge(*(periods(p) for p in range(1, MAX_COPIES + 1))))
 
 
 def find_repetend(problem: Problem, time_limit: float, workers: int | None = None,
-                  progress: Progress | None = None, hint: Modulo | None = None) -> RepetendResult:
-    """The repetend with the smallest period per micro-batch, and the shortest span at it.
+                  progress: Progress | None = None, start: Modulo | None = None,
+                  stall: float | None = None) -> RepetendResult:
+    """The repetend with the smallest period per micro-batch found in time, and the shortest span
+    at it; `start` is a repetend that fits (fast.starting_repetend when not given).
 
     Periods below the device-load bound and below the memory bound (Little's law) are never
     tried; those are infeasible by argument."""
-    run = _Search(problem, time_limit, workers, progress, hint)
+    from .fast import starting_repetend
+    t0 = time.perf_counter()
+    start = start if start is not None else starting_repetend(problem, t0 + time_limit * 0.1)
+    run = _Search(problem, time_limit - (time.perf_counter() - t0), workers, progress,
+                  stall if stall is not None else default_stall(problem))
     floor = max(Fraction(problem.period_bound), problem.memory_period_bound)
-    found = run.smallest(1, math.ceil(floor), _largest_period(problem))
-    if found is None:
-        raise _no_period(problem, run)
-    best = (1, *found)
-    if Fraction(best[1]) > floor:
+    best = run.bracket(math.ceil(floor), _Found(start, "construction", "none"))
+    if best.modulo.per_micro_batch > floor:
         best = _more_copies(run, floor, best, time.perf_counter() + run.left() * COPIES_SHARE)
-    copies, T, res = best
-    ratio = Fraction(T, copies)
+    ratio = best.modulo.per_micro_batch
     optimal = ratio == floor or run.proven_below(ratio, floor)
-    return RepetendResult(modulo_of(res.values, problem, T, copies), res.status, optimal,
-                          tuple(run.tried), time.perf_counter() - run.t0)
+    return RepetendResult(best.modulo, best.found_by, best.status, optimal, tuple(run.tried),
+                          tuple(run.undecided(ratio)), time.perf_counter() - t0)
 
 
-def _more_copies(run: _Search, floor: Fraction, best: tuple[int, int, SolveResult],
-                 deadline: float) -> tuple[int, int, SolveResult]:
+def default_stall(problem: Problem) -> float:
+    """Seconds without a shorter span after which a period's solve stops polishing."""
+    return min(5.0, max(0.5, len(problem.block_ids) / 50))
+
+
+def _more_copies(run: _Search, floor: Fraction, best: _Found, deadline: float) -> _Found:
     """Patterns of 2..MAX_COPIES micro-batches, in order of period per micro-batch, until one
-    beats the one-micro-batch repetend (each solve capped: a hard one is skipped, not waited on)."""
-    ratio = Fraction(best[1], best[0])
-    cands = sorted(((Fraction(t, p), p, t) for p in range(2, MAX_COPIES + 1)
-                    for t in range(math.ceil(floor * p), math.ceil(ratio * p))), key=lambda x: (x[0], x[1]))
-    for _, p, t in cands:
+    beats the current repetend (each solve a slice: a hard one is skipped, not waited on)."""
+    for p, t in _below(best.modulo.per_micro_batch, floor):
         left = deadline - time.perf_counter()
-        if left <= 0:
+        if left <= MIN_SLICE:
             break
-        res = solve_period(run.problem, t, min(left, COPY_SOLVE_SECONDS), run.workers, None, run.progress, p,
-                           run.stall)
+        if p == 1:
+            continue
+        res = solve_period(run.problem, t, min(left, run.slice()), run.workers, None, run.progress, p, run.stall)
         run.tried.append((p, t, res.status))
         if res.found:
-            return p, t, res
+            return _Found(modulo_of(res.values, run.problem, t, p), "solver", res.status)
     return best
 
 
-def _largest_period(problem: Problem) -> int:
+def sequential_period(problem: Problem) -> int:
     """A period at which micro-batches run one after another: any single-micro-batch
     schedule then fits, so a feasible repetend exists here whenever one micro-batch fits."""
     crit = int(bounds.paths(problem.units).critical_path)
     return max(problem.period_bound, crit + sum(problem.duration.values()))
-
-
-def _no_period(problem: Problem, run: _Search) -> ValueError:
-    tried = run.tried
-    if tried and all(st == "infeasible" for _, _, st in tried) and tried[-1][1] >= _largest_period(problem):
-        return ValueError(f"no schedule of {problem.placement.name!r} fits the memory limit "
-                          f"{_fmt_list(problem.real_limit())}, not even with one micro-batch at a time: "
-                          f"raise the limits")
-    last = ", ".join(f"T={problem.real(t)}: {st}" for _, t, st in tried[-4:])
-    return ValueError(f"no repetend found for {problem.placement.name!r} within "
-                      f"{time.perf_counter() - run.t0:.1f}s ({last}); give a longer time limit")
-
-
-def _fmt_list(xs: Any) -> str:
-    return fmt(list(xs or ()), digits=6)

@@ -50,7 +50,7 @@ class SolveResult:
 
     @property
     def found(self) -> bool:
-        return self.status in ("optimal", "feasible", "constructed")
+        return self.status in ("optimal", "feasible")
 
 
 class Model:
@@ -61,25 +61,62 @@ class Model:
         self.vars: dict[Hashable, cp_model.IntVar] = {}
         self._on_device: dict[int, list[cp_model.IntervalVar]] = defaultdict(list)
         self._objective: Expr | None = None
+        self._serial = 0
 
     def int_var(self, key: Hashable, lo: int, hi: int) -> cp_model.IntVar:
-        """A variable whose value the result reports under `key`."""
-        v = self.cp.new_int_var(int(lo), int(hi), str(key))
+        """A variable whose value the result reports under `key` (and named after it)."""
+        v = self.cp.new_int_var(int(lo), int(hi), _name(key))
         self.vars[key] = v
         return v
 
-    def bool_var(self) -> cp_model.IntVar:
-        return self.cp.new_bool_var("")
+    def aux_var(self, name: str, lo: int, hi: int) -> cp_model.IntVar:
+        """A named variable the result does not report."""
+        return self.cp.new_int_var(int(lo), int(hi), name)
 
-    def occupy(self, start: Expr, duration: int, devices: Iterable[int]) -> None:
+    def bool_var(self, name: str) -> cp_model.IntVar:
+        return self.cp.new_bool_var(name)
+
+    def occupy(self, start: Expr, duration: int, devices: Iterable[int], name: str = "") -> None:
         """The devices are busy for [start, start + duration); start may be a constant."""
-        iv = self.cp.new_fixed_size_interval_var(start, int(duration), "")
+        iv = self.cp.new_fixed_size_interval_var(start, int(duration), name or f"busy{self._count()}")
         for d in devices:
             self._on_device[d].append(iv)
 
     def precede(self, before: Expr, after: Expr, gap: int) -> None:
         """after >= before + gap (an edge: gap = duration + latency)."""
         self.cp.add(after >= before + int(gap))
+
+    def equal(self, left: Expr, right: Expr) -> None:
+        self.cp.add(left == right)
+
+    def at_most(self, expr: Expr, bound: Expr) -> None:
+        """expr <= bound (a linear expression or a sum of terms)."""
+        self.cp.add(expr <= bound)
+
+    def is_le(self, x: Expr, y: Expr, name: str) -> cp_model.IntVar:
+        """A boolean equal to [x <= y]."""
+        v = self.bool_var(name)
+        self.cp.add(x <= y).only_enforce_if(v)
+        self.cp.add(x > y).only_enforce_if(~v)
+        return v
+
+    def latest(self, name: str, lo: int, hi: int, ends: Iterable[Expr]) -> cp_model.IntVar:
+        """A variable in [lo, hi] at or after every one of `ends` (a makespan, a span's end)."""
+        v = self.aux_var(name, lo, hi)
+        for e in ends:
+            self.cp.add(v >= e)
+        return v
+
+    def earliest(self, name: str, lo: int, hi: int, starts: Iterable[Expr]) -> cp_model.IntVar:
+        """A variable in [lo, hi] at or before every one of `starts`."""
+        v = self.aux_var(name, lo, hi)
+        for e in starts:
+            self.cp.add(v <= e)
+        return v
+
+    def _count(self) -> int:
+        self._serial += 1
+        return self._serial
 
     def reservoir(self, times: Sequence[Expr], deltas: Sequence[int], limit: int) -> None:
         """The running sum of deltas over time (all events at one time together) stays <= limit."""
@@ -94,15 +131,16 @@ class Model:
             return
         ivs = []
         for start, end, _ in spans:
-            size = self.cp.new_int_var(0, cp_model.INT32_MAX, "") if not isinstance(end, int) or \
+            n = self._count()
+            size = self.cp.new_int_var(0, cp_model.INT32_MAX, f"held{n}") if not isinstance(end, int) or \
                 not isinstance(start, int) else end - start
-            ivs.append(self.cp.new_interval_var(start, size, end, ""))
+            ivs.append(self.cp.new_interval_var(start, size, end, f"hold{n}"))
         self.cp.add_cumulative(ivs, [int(a) for _, _, a in spans], int(limit))
 
     def hint(self, var: cp_model.IntVar, value: int) -> None:
         self.cp.add_hint(var, int(value))
 
-    def hints(self, values: Mapping[Hashable, int]) -> None:
+    def hints(self, values: Mapping[Any, int]) -> None:
         for key, value in values.items():
             if key in self.vars:
                 self.cp.add_hint(self.vars[key], int(value))
@@ -235,3 +273,10 @@ class _Watcher:
             if last is not None and time.perf_counter() - last > self.stall:
                 self.solver.stop_search()
                 return
+
+
+def _name(key: Hashable) -> str:
+    """A readable variable name of a key: ('s', 'f0', 1) -> s_f0_1."""
+    if isinstance(key, tuple):
+        return "_".join(str(x) for x in key)
+    return str(key)

@@ -1,0 +1,153 @@
+"""The anytime search: a schedule on placements nobody tuned it for, never worse than the baselines,
+a report that survives a file, and the objective option."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from bench.dags import random_case
+from tessel import bounds, library
+from tessel.baselines import BASELINES, BaselineError, applicable
+from tessel.schedule import Schedule
+from tessel.search import MemoryLimitError, SearchReport, search
+from tessel.search.orchestrate import objective_value
+
+CHECKER = (Path(__file__).resolve().parents[2] / "shared" / "tools" / "check_schedule.py")
+
+
+def checked(s: Schedule, tmp_path: Path) -> Schedule:
+    assert s.errors() == []
+    f = tmp_path / "s.json"
+    s.save(f)
+    out = subprocess.run([sys.executable, str(CHECKER), str(f)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return s
+
+
+def baselines(case_seed: int) -> dict[str, float]:
+    c = random_case(case_seed)
+    out = {}
+    for name in applicable(c.placement):
+        try:
+            out[name] = BASELINES[name](c.placement, c.micro_batches, c.memory).makespan
+        except BaselineError:
+            pass
+    return out
+
+
+# seeds where the previous search gave up ("no repetend found"), with fractional costs, tight memory
+@pytest.mark.parametrize("seed", [5, 7, 9, 13])
+@pytest.mark.parametrize("mode", ["tessel", "exact"])
+def test_random_dags_get_a_valid_schedule_no_longer_than_any_baseline(seed: int, mode: str, tmp_path: Path) -> None:
+    c = random_case(seed)
+    s = checked(search(c.placement, c.micro_batches, c.memory, mode=mode, time_limit=2), tmp_path)
+    assert s.micro_batches == c.micro_batches
+    if c.memory is not None:
+        assert all(peak <= lim + 1e-9 for peak, lim in zip(s.peak_memory, c.memory))
+    for name, other in baselines(seed).items():
+        assert s.makespan <= other + 1e-6, name
+    # the reported bound is proven (rounded to 6 decimals) and at least the analytic one
+    assert s.makespan >= s.meta["lower_bound"] - 1e-5
+    assert s.meta["lower_bound"] >= bounds.lower_bound(c.placement, c.micro_batches) - 1e-5
+
+
+def test_fast_answers_on_random_dags_and_reports_what_it_did(tmp_path: Path) -> None:
+    for seed in (3, 11):  # just-feasible memory: one micro-batch at a time is what fits at first
+        c = random_case(seed)
+        s = checked(search(c.placement, c.micro_batches, c.memory, mode="fast", time_limit=60), tmp_path)
+        report = SearchReport.from_meta(s.meta)
+        assert report.method == "fast" and report.lower_bound <= s.makespan
+        assert report.gap == pytest.approx(s.makespan / report.lower_bound - 1, abs=1e-4)
+
+
+def test_the_report_is_written_into_meta_and_read_back_the_same(tmp_path: Path) -> None:
+    p = library.build("vshape", devices=4)
+    s = search(p, 12, 2)
+    report = SearchReport.from_meta(s.meta)
+    f = tmp_path / "s.json"
+    s.save(f)
+    again = SearchReport.from_meta(Schedule.load(f).meta)
+    assert again == report
+    assert report.period == 8 and report.period_optimal and report.bound_source in ("analytic", "memory")
+    # memory-aware: two activations held 16 units each at a time allow one micro-batch every 8
+    assert report.lower_bound >= bounds.lower_bound(p, 12)
+    with pytest.raises(KeyError, match="no search report"):
+        SearchReport.from_meta({"method": "1f1b"})
+
+
+def test_the_memory_bound_is_proven_and_met() -> None:
+    p = library.build("vshape", devices=4)
+    s = search(p, 24, 2)
+    # 24 micro-batches, each holding device 0's memory 16 units, 2 at a time: 24 * 16 / 2 = 192 plus tails
+    assert s.meta["bound_source"] == "memory" and s.meta["lower_bound"] > bounds.lower_bound(p, 24)
+    assert s.makespan >= s.meta["lower_bound"]
+
+
+def test_no_order_of_one_micro_batch_fits_is_proven_and_named() -> None:
+    from tessel.placement import Block, make_placement
+    # two activations on device 0 that are both alive before either is released
+    blocks = [Block("a", "forward", 1, 2, (0,)), Block("b", "forward", 1, 2, (0,)),
+              Block("c", "backward", 1, -4, (0,))]
+    p = make_placement("both", 1, blocks, [("a", "c"), ("b", "c")])
+    with pytest.raises(MemoryLimitError, match=r"device 0 reaches 4 one micro-batch at a time \(limit 3, proven least 2\)"):
+        search(p, 4, 3)
+    assert search(p, 4, 4).makespan == 12
+
+
+def test_objective_span_is_an_option(tessel: Callable[..., tuple[int, str, str]], tmp_path: Path) -> None:
+    p = library.build("vshape", devices=4)
+    s = search(p, 16, 4, objective="span")
+    assert s.meta["objective"] == "span"
+    assert objective_value(s, "span") <= s.makespan
+    assert s.meta["lower_bound"] == 16 * max(p.loads)
+    out = tmp_path / "v.json"
+    rc, stdout, stderr = tessel("search", "vshape", "-n", "16", "--memory", "4", "--objective", "span", "-o", out)
+    assert rc == 0, stderr
+    assert "objective: span" in stdout
+    assert json.loads(out.read_text())["meta"]["objective"] == "span"
+    with pytest.raises(ValueError, match="unknown objective"):
+        search(p, 4, objective="latency")
+
+
+def test_the_shard_bound_proves_the_m_shape_optimal() -> None:
+    p = library.build("mshape", devices=4)
+    # the exact solve proves 60 optimal at N = 8 on its own; the fill bound reaches it too
+    e = search(p, 8, 20, mode="exact", time_limit=60)
+    assert e.meta["statuses"]["exact"] == "optimal" and e.makespan == 60
+    assert bounds.shard_lower_bound(p, 8) == 60 > bounds.lower_bound(p, 8)
+    s = search(p, 16, 20)
+    assert s.meta["bound_source"] == "shard" and s.meta["lower_bound"] == 108 == s.makespan
+    assert s.meta["status"] == "optimal" and s.meta["gap"] == 0
+    # no block on every device: nothing to add
+    assert bounds.shard_lower_bound(library.build("vshape", devices=4), 16) == 0
+
+
+def test_the_circle_check_agrees_with_the_pairwise_one() -> None:
+    import random
+    from bisect import insort
+
+    from tessel.search.fast import _free
+    rng = random.Random(7)
+    for _ in range(200):
+        T = rng.randint(4, 40)
+        busy: list[tuple[int, int]] = []
+        for _ in range(rng.randint(0, 6)):
+            phase, dur = rng.randrange(T), rng.randint(1, 5)
+            if all((phase - p) % T >= d and (p - phase) % T >= dur for p, d in busy):
+                insort(busy, (phase, dur))
+        phase, dur = rng.randrange(T), rng.randint(1, T)
+        pairwise = all((phase - p) % T >= d and (p - phase) % T >= dur for p, d in busy)
+        assert _free(busy, phase, dur, T) == pairwise, (busy, phase, dur, T)
+
+
+def test_budget_shares_are_named_and_fast_has_its_own_ceiling() -> None:
+    from tessel.search import Budget
+    b = Budget()
+    assert b.fast_limit(50) == b.fast_limit(200) == 2.0 and b.fast_limit(1000) == 20.0
+    assert 2.0 < b.fast_limit(600) < 20.0 and b.fast_limit(2000) == 40.0
+    assert b.reserve(10.0, 0) == pytest.approx(1.0) and b.reserve(2.0, 10**6) == pytest.approx(1.0)
