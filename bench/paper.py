@@ -38,7 +38,7 @@ GIB = cm.GIB
 class Case:
     key: str
     title: str
-    build: Callable[..., cm.Model]
+    build: Callable[..., cm.PlacedModel]
     training: bool
     micro_batches: int
     shape: str  # what Tessel's placement is
@@ -51,7 +51,7 @@ CASES = (
          "shared embedding on all devices before the encoder and the decoder, LM head on all devices"),
     Case("flava", "FLAVA-like multimodal, inference latency (K shape)", cm.flava, False, 16,
          "image and text encoders side by side on disjoint devices, fusion encoder on all devices"),
-    Case("alphafold", "AlphaFold-like, 3 recycling passes + 1 trained (recycling)", cm.alphafold, True, 128,
+    Case("alphafold", "AlphaFold-like, 3 recycling passes + 1 trained (recycling)", cm.alphafold_like, True, 128,
          "Evoformer stack pipelined, every pass over the same stages"),
 )
 
