@@ -15,7 +15,7 @@ from ..placement import PlacementError
 from ..schedule import ScheduleError
 from .common import UsageError
 
-COMMAND_MODULES = ("basic", "search", "runtime", "tools")
+COMMAND_MODULES = ("basic", "search", "runtime", "tools", "plan")
 
 
 def build_parser() -> argparse.ArgumentParser:
