@@ -144,7 +144,7 @@ def _sharded(spec: ModelSpec, groups: list[Group], hw: Hardware, d: int) -> Plac
                     runs.append([])
                 items.append(u)
     runs = [r for r in runs if r]
-    shares = split_groups(groups, [_weight(r) for r in runs])
+    shares = split_groups(groups, [_weight(r) for r in runs], [len(r) for r in runs])
     if shares is None:
         return None
     parts: list[Part] = []
@@ -162,7 +162,7 @@ def _sharded(spec: ModelSpec, groups: list[Group], hw: Hardware, d: int) -> Plac
 def _branch_parts(spec: ModelSpec, groups: list[Group]) -> tuple[list[Part], list[tuple[str, str]], Segment] | None:
     join = next(s for s in spec.segments if len(s.after) > 1)
     roots = [s for s in spec.segments if s.name in join.after]
-    shares = split_groups(groups, [_weight(s.chain()) for s in roots])
+    shares = split_groups(groups, [_weight(s.chain()) for s in roots], [len(s.chain()) for s in roots])
     if shares is None or len(spec.segments) != len(roots) + 1:
         return None
     parts: list[Part] = []
@@ -220,21 +220,27 @@ def stages(chain: Sequence[Unit], groups: Sequence[Group], prefix: str,
     return parts
 
 
-def split_groups(groups: Sequence[Group], weights: Sequence[float]) -> list[list[Group]] | None:
-    """Consecutive shares of the groups in proportion to the weights, at least one each."""
-    n = len(groups)
-    if n < len(weights):
+def split_groups(groups: Sequence[Group], weights: Sequence[float],
+                 caps: Sequence[int] | None = None) -> list[list[Group]] | None:
+    """Consecutive shares of the groups in proportion to the weights, at least one each and at
+    most `caps[i]` (a run of k units fills at most k stages); None when they cannot be filled."""
+    n, m = len(groups), len(weights)
+    cap = list(caps) if caps is not None else [n] * m
+    if n < m or sum(cap) < n:
         return None
     total = sum(weights) or 1.0
-    sizes = [max(1, round(n * w / total)) for w in weights]
+    sizes = [min(cap[i], max(1, round(n * weights[i] / total))) for i in range(m)]
     while sum(sizes) > n:
-        sizes[sizes.index(max(sizes))] -= 1
+        sizes[max(range(m), key=lambda i: sizes[i] / max(weights[i], 1e-30))] -= 1
     while sum(sizes) < n:
-        sizes[min(range(len(sizes)), key=lambda i: sizes[i] / max(weights[i], 1e-30))] += 1
+        open_ = [i for i in range(m) if sizes[i] < cap[i]]
+        sizes[min(open_, key=lambda i: sizes[i] / max(weights[i], 1e-30))] += 1
+    if min(sizes) < 1:
+        return None
     out, at = [], 0
-    for s in sizes:
-        out.append(list(groups[at:at + s]))
-        at += s
+    for size in sizes:
+        out.append(list(groups[at:at + size]))
+        at += size
     return out
 
 
