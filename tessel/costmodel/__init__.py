@@ -10,6 +10,7 @@ from .formulas import (
                        BACKWARD_FACTOR,
                        EMBEDDING_GRAD_BYTES,
                        EVOFORMER_PASSES,
+    FP16_ADAM_BYTES_PER_PARAM,
                        INFER_BYTES_PER_PARAM,
                        SCORE_PASSES,
                        TRAIN_BYTES_PER_PARAM,
@@ -74,7 +75,7 @@ from .zoo import (
 )
 
 __all__ = [
-    "A100", "BACKWARD_FACTOR", "EMBEDDING_GRAD_BYTES", "EVOFORMER_PASSES", "GIB", "HARDWARE",
+    "A100", "BACKWARD_FACTOR", "EMBEDDING_GRAD_BYTES", "EVOFORMER_PASSES", "FP16_ADAM_BYTES_PER_PARAM", "GIB", "HARDWARE",
     "INFER_BYTES_PER_PARAM", "LAYOUTS", "MIB", "SCORE_PASSES", "SPECS", "TRAIN_BYTES_PER_PARAM", "BlockCost",
     "Cost", "Evoformer", "Hardware", "ModelSpec", "Part", "PlacedModel", "Segment", "Shape", "Unit",
     "allreduce_seconds", "alphafold_like", "alphafold_spec", "attention_flops", "chain_edges", "chain_model",

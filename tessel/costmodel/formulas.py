@@ -21,12 +21,13 @@ Transformer Models" (MLSys'23), eq. 1-2, without sequence parallelism or recompu
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .hardware import Hardware, allreduce_seconds
 
 BACKWARD_FACTOR = 2.0        # backward FLOPs / forward FLOPs
 TRAIN_BYTES_PER_PARAM = 16   # 2 weight + 2 grad + 4 master + 4 + 4 Adam moments
+FP16_ADAM_BYTES_PER_PARAM = 8   # model.half() with torch Adam: weight, grad, two moments, 2 each
 INFER_BYTES_PER_PARAM = 2
 EMBEDDING_GRAD_BYTES = 12    # bytes moved per element of an embedding's dense weight gradient
 EVOFORMER_PASSES = 10        # elementwise passes (norm, gate, dropout, residual) over a module's tensor
@@ -152,6 +153,7 @@ class BlockCost:
     params: float         # parameters held per device
     output: float         # bytes of the tensor it passes on (the gradient back is as large)
     weights: str | None = None   # blocks sharing a key on one device share their weights (tied)
+    checkpoint: float = 0.0      # bytes kept under full recomputation: every layer's input
 
 
 def transformer_block(x: Shape, layers: int, devices: tuple[int, ...], hw: Hardware,
@@ -176,7 +178,7 @@ def transformer_block(x: Shape, layers: int, devices: tuple[int, ...], hw: Hardw
     backward = (BACKWARD_FACTOR * flops + again) / (t * hw.flops) + collectives
     act = layer_activation_bytes(x, t, cross_seq, attn_span)
     return BlockCost(compute + collectives, backward, layers * act,
-                     layers * layer_params(x, cross) / t, x.hidden_bytes)
+                     layers * layer_params(x, cross) / t, x.hidden_bytes, checkpoint=layers * x.hidden_bytes)
 
 
 def embedding_block(x: Shape, devices: tuple[int, ...], hw: Hardware, weights: str = "embedding") -> BlockCost:
@@ -223,7 +225,7 @@ def combine(*costs: BlockCost, weights: str | None = None) -> BlockCost:
     """Several blocks run back to back as one (e.g. the embedding folded into the first stage)."""
     return BlockCost(sum(c.forward for c in costs), sum(c.backward for c in costs),
                      sum(c.activation for c in costs), sum(c.params for c in costs), costs[-1].output,
-                     weights)
+                     weights, sum(c.checkpoint for c in costs))
 
 
 
@@ -235,16 +237,16 @@ def no_grad(cost: BlockCost) -> BlockCost:
 
 def recomputed(cost: BlockCost) -> BlockCost:
     """Full activation recomputation (Megatron's `full` checkpointing) of a layer or a stack of
-    layers: the forward keeps only the input it was given (as large as its output for a layer),
-    and the backward runs the forward again first: backward + forward."""
-    if cost.backward == 0:
+    layers: the forward keeps only each layer's input (`checkpoint`), and the backward runs the
+    forward again first: backward + forward. A cost that keeps no more than that is unchanged."""
+    if cost.backward == 0 or cost.activation <= cost.checkpoint or cost.checkpoint <= 0:
         return cost
-    return BlockCost(cost.forward, cost.backward + cost.forward, min(cost.activation, cost.output),
-                     cost.params, cost.output, cost.weights)
+    return BlockCost(cost.forward, cost.backward + cost.forward, cost.checkpoint,
+                     cost.params, cost.output, cost.weights, cost.checkpoint)
 
 
 def replace_weights(cost: BlockCost, key: str) -> BlockCost:
-    return BlockCost(cost.forward, cost.backward, cost.activation, cost.params, cost.output, key)
+    return replace(cost, weights=key)
 
 
 

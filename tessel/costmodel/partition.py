@@ -38,6 +38,7 @@ class PlacedModel:
     hardware: Hardware
     training: bool = True
     replicas: int = 1
+    param_bytes: float | None = None   # bytes a parameter holds; None: 16 training, 2 inference
 
     def placement(self) -> Placement:
         """Durations in milliseconds (to the microsecond), activation memory in MiB (rounded up).
@@ -77,7 +78,7 @@ class PlacedModel:
     def static_bytes(self) -> tuple[float, ...]:
         """Per device: parameters (with gradients and optimizer states when training) of every part
         on it; parts sharing a weights key on a device hold that tensor once."""
-        per_param = TRAIN_BYTES_PER_PARAM if self.training else INFER_BYTES_PER_PARAM
+        per_param = self.param_bytes or (TRAIN_BYTES_PER_PARAM if self.training else INFER_BYTES_PER_PARAM)
         out = []
         for d in range(self.devices):
             seen: set[str] = set()
@@ -276,3 +277,4 @@ class ModelSpec:
     hardware: Hardware
     training: bool = True
     recycles: int = 0   # gradient-free passes over the whole model before the trained one
+    param_bytes: float | None = None   # as PlacedModel.param_bytes

@@ -4,7 +4,8 @@ plan` places) and in the layouts the study compares (`gpt`, `mt5`, `flava`, `alp
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from .formulas import (
     BlockCost,
@@ -80,18 +81,18 @@ def gpt(devices: int, layout: str = "tessel", hw: Hardware = A100, **kw: object)
 # ---- mT5 --------------------------------------------------------------------------------------------
 def mt5_spec(devices: int, hw: Hardware = A100, hidden: int = 4096, heads: int = 64, ffn: int = 10240,
              vocab: int = 250_112, enc_seq: int = 1024, dec_seq: int = 1024, layers: int | None = None,
-             micro_batch: int = 2, lm_head: bool = True, recompute: bool = False) -> ModelSpec:
-    """mT5-style encoder-decoder (gated-GELU MLP, untied LM head); `layers` encoder and as many
-    decoder layers, default one of each per device. Decoder messages carry the encoder's output
-    along for cross-attention."""
-    enc = Shape(hidden, heads, enc_seq, micro_batch, ffn, gated=True, vocab=vocab)
-    dec = Shape(hidden, heads, dec_seq, micro_batch, ffn, gated=True, vocab=vocab)
+             micro_batch: int = 2, lm_head: bool = True, recompute: bool = False, gated: bool = True) -> ModelSpec:
+    """mT5-style encoder-decoder (gated-GELU MLP unless `gated` is off, untied LM head); `layers`
+    encoder and as many decoder layers, default one of each per device. Decoder messages carry
+    the encoder's output along for cross-attention. `ffn` 0 means 4 x hidden."""
+    enc = Shape(hidden, heads, enc_seq, micro_batch, ffn, gated=gated, vocab=vocab)
+    dec = Shape(hidden, heads, dec_seq, micro_batch, ffn, gated=gated, vocab=vocab)
     n = layers or devices
     carry = enc.hidden_bytes + dec.hidden_bytes
 
     def dec_layer(d: tuple[int, ...]) -> BlockCost:
         c = transformer_block(dec, 1, d, hw, cross_seq=enc_seq)
-        return BlockCost(c.forward, c.backward, c.activation, c.params, carry, c.weights)
+        return replace(c, output=carry, checkpoint=carry)
 
     emb = Unit("emb", lambda d: embedding_block(enc, d, hw, weights="shared"), layer=False)
     demb = Unit("demb", lambda d: embedding_block(dec, d, hw, weights="shared"), layer=False)
@@ -239,4 +240,4 @@ def swin(devices: int, layout: str = "pipeline", hw: Hardware = A100, **kw: obje
     return chain_model("swin", chain, devices, "balanced" if layout == "tessel" else layout, hw)
 
 
-SPECS = {"gpt": gpt_spec, "mt5": mt5_spec, "flava": flava_spec, "alphafold": alphafold_spec, "swin": swin_spec}
+SPECS: dict[str, Callable[..., ModelSpec]] = {"gpt": gpt_spec, "mt5": mt5_spec, "flava": flava_spec, "alphafold": alphafold_spec, "swin": swin_spec}

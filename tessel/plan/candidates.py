@@ -88,16 +88,18 @@ def candidates(spec: ModelSpec, cluster: Cluster, tp: Sequence[int] | None = Non
             model = build(spec, groups, hw, d)
             if model is None:
                 continue
+            model = replace(model, param_bytes=spec.param_bytes)
             yield Candidate.of(family, t, "as given", model, fwd if family in ("pipeline", "recycle") else None)
             if spec.training:
                 yield Candidate.of(family, t, "auto", with_auto_recompute(model), None)
     if d > 1 and not spec.recycles:
         chain = [u for s in spec.segments for u in s.chain()]
-        yield Candidate.of("tp", d, "as given", chain_model(spec.name, chain, d, "tp", hw, spec.training), fwd)
+        tp_model = chain_model(spec.name, chain, d, "tp", hw, spec.training)
+        yield Candidate.of("tp", d, "as given", replace(tp_model, param_bytes=spec.param_bytes), fwd)
         if d % 2 == 0 and len([u for u in chain if u.layer]) >= d:
-            yield Candidate.of("chimera", 1, "as given",
-                            chain_model(spec.name, chain, d, "chimera", hw, spec.training),
-                            "chimera" if spec.training else "gpipe")
+            chim = chain_model(spec.name, chain, d, "chimera", hw, spec.training)
+            yield Candidate.of("chimera", 1, "as given", replace(chim, param_bytes=spec.param_bytes),
+                               "chimera" if spec.training else "gpipe")
 
 
 def tp_degrees(cluster: Cluster) -> list[int]:
