@@ -106,3 +106,37 @@ def test_cli_writes_placement_and_schedule_and_rejects_bad_input(tessel, tmp_pat
     assert rc == 2 and len(err.strip().splitlines()) == 1 and "12 devices" in err
     rc, out, err = tessel("plan", "gpt", "--set", "layers")
     assert rc == 2 and "KEY=VALUE" in err
+
+
+def _bench_paper():  # bench/ is scripts, not a package
+    import importlib.util
+    path = Path(__file__).resolve().parents[1] / "bench" / "paper.py"
+    spec = importlib.util.spec_from_file_location("bench_paper", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_paper"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_paper_check_fails_when_a_stored_cell_no_longer_matches(tmp_path: Path) -> None:
+    bp = _bench_paper()
+    setup = bp.setups()["paper"]
+    args = bp.argparse.Namespace(time_limit=5.0, plan_limit=5.0)
+    lines = []
+    for key, point, methods in bp.CHECK_POINTS["paper"]:
+        case = bp.flava_case(setup.hardware) if key == "flava-sweep" else next(c for c in setup.cases if c.key == key)
+        d, n, digits = (4, point, 3) if key == "flava-sweep" else (point, case.micro_batches(point), 2)
+        res = bp.run_point(case, d, n, setup, args, methods)
+        lines += [f"### {case.title}", "", "| point | " + " | ".join(methods) + " |", "|---|" + "---|" * len(methods),
+                  f"| {point} | " + " | ".join(bp.cell(res[m], digits) for m in methods) + " |", ""]
+    good = tmp_path / "paper.md"
+    good.write_text("\n".join(lines))
+    assert bp.check(setup, good, args) == 0
+    stale = tmp_path / "stale.md"
+    text = "\n".join(lines)
+    row = next(ln for ln in lines if ln.startswith("| 4 |"))
+    cells = row.split(" | ")
+    cells[1] = "0.01"  # a 1F1B figure the code does not give
+    stale.write_text(text.replace(row, " | ".join(cells)))
+    assert bp.check(setup, stale, args) == 1
