@@ -65,7 +65,7 @@ class Candidate:
     placement: Placement
     budget: tuple[int, ...]  # MiB per device left for activations
     replicas: int = 1
-    baseline: str | None = None   # the hand-made schedule this placement is the baseline of
+    baseline: str | None = None   # the hand-made schedule run on it (1F1B's order on a shaped one: 1F1B+)
 
     @property
     def name(self) -> str:
@@ -89,7 +89,7 @@ def candidates(spec: ModelSpec, cluster: Cluster, tp: Sequence[int] | None = Non
             if model is None:
                 continue
             model = replace(model, param_bytes=spec.param_bytes)
-            yield Candidate.of(family, t, "as given", model, fwd if family in ("pipeline", "recycle") else None)
+            yield Candidate.of(family, t, "as given", model, fwd)  # 1F1B+ on shaped ones
             if spec.training:
                 yield Candidate.of(family, t, "auto", with_auto_recompute(model), None)
     if d > 1 and not spec.recycles:
