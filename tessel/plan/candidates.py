@@ -190,12 +190,11 @@ def _branches_join_all(spec: ModelSpec, groups: list[Group], hw: Hardware, d: in
 
 def _branches_join_piped(spec: ModelSpec, groups: list[Group], hw: Hardware, d: int) -> PlacedModel | None:
     got = _branch_parts(spec, groups)
-    if got is None or len(join_layers := [u for u in got[2].chain() if u.layer]) < len(groups):
-        return None
+    if got is None or sum(u.layer for u in got[2].chain()) < len(groups):
+        return None  # fewer joining layers than stages
     parts, edges, join = got
     fused = stages(join.chain(), groups, f"{join.name}")
     ends = [p.name for p in parts if not any(a == p.name for a, _ in edges)]
-    del join_layers
     return PlacedModel(f"{spec.name}-kpiped-tp{len(groups[0])}", d, (*parts, *fused),
                        tuple(edges + [(e, fused[0].name) for e in ends] + chain_edges(fused)), hw, spec.training)
 
