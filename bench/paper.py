@@ -276,7 +276,7 @@ def commit() -> str:
         return subprocess.run(["git", *a], capture_output=True, text=True, cwd=Path(__file__).parent).stdout.strip()
     head = git("rev-parse", "--short=10", "HEAD") or "unknown"
     # the reports themselves do not count: a rerun over a stale report is still the clean commit
-    return head + ("+dirty" if git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!results") else "")
+    return head + ("+dirty" if git("status", "--porcelain", "--untracked-files=no", "--", ":/", ":(top,exclude)bench/results") else "")
 
 
 def cell(o: Outcome, digits: int = 2) -> str:
