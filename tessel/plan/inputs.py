@@ -1,0 +1,77 @@
+"""What `tessel plan` accepts as a model: a cost-model builder by name (`gpt`, `mt5`, `flava`,
+`alphafold`, `swin`, with their keyword options), a placement file (what `tessel profile`
+writes, in ms and MiB), or a placement-family file (`{"family": "kshape", "forward": 2, ...}`,
+a library placement built for the cluster's device count)."""
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import library
+from ..baselines import why_not
+from ..costmodel import MIB, SPECS, BlockCost, Cost, ModelSpec, Segment, Unit
+from ..errors import TesselError
+from ..placement import Number, Placement, PlacementError, placement_from_dict, read_document
+from .candidates import Candidate, Cluster
+
+
+@dataclass(frozen=True)
+class ModelInput:
+    """The model to plan, and the placement the user gave (a candidate as it stands), if any."""
+    spec: ModelSpec
+    given: Candidate | None = None
+
+
+def load_model(source: str, cluster: Cluster, options: Mapping[str, Number | bool] | None = None) -> ModelInput:
+    """The model named or stored at `source`; `options` go to a zoo builder (layers=, hidden=, ...)."""
+    opts = dict(options or {})
+    if source in SPECS:
+        build = SPECS[source]
+        takes = [k for k in inspect.signature(build).parameters if k not in ("devices", "hw")]
+        unknown = [k for k in opts if k not in takes]
+        if unknown:
+            raise TesselError(f"model {source} takes {', '.join(takes)}; not {', '.join(unknown)}")
+        return ModelInput(build(cluster.devices, cluster.hardware, **opts))
+    if not Path(source).exists():
+        raise TesselError(f"model {source!r} is neither a known model ({', '.join(SPECS)}) nor a file")
+    if opts:
+        raise TesselError(f"options {', '.join(opts)} apply to the named models only, not to {source}")
+    doc = read_document(source)
+    if isinstance(doc, dict) and "family" in doc:
+        costs = {k: v for k, v in doc.items() if k != "family"}
+        placement = library.build(str(doc["family"]), cluster.devices, **costs)
+    else:
+        placement = placement_from_dict(doc, source)
+    return from_placement(placement, cluster)
+
+
+def from_placement(p: Placement, cluster: Cluster) -> ModelInput:
+    """A measured placement as a chain of its forward blocks in dependency order (each with the
+    backward that is its gradient), re-cut by the planner; the placement itself is a candidate
+    too when it has the cluster's device count. Costs do not change with the device set (a
+    profile measures one device), so only plain pipelines (tp 1) are worth cutting."""
+    backward: dict[str, float] = {}
+    for b in p.blocks:
+        if b.grad_of is not None:
+            backward[b.grad_of] = backward.get(b.grad_of, 0.0) + float(b.duration)
+    units = []
+    for bid in p.topo_order:
+        b = p.by_id[bid]
+        if b.kind in ("forward", "other"):
+            cost = BlockCost(float(b.duration) / 1e3, backward.get(bid, 0.0) / 1e3, float(b.memory) * MIB, 0.0, 0.0)
+            units.append(Unit(bid, _fixed(cost)))
+    if not units:
+        raise PlacementError(f"placement {p.name!r} has no forward blocks to plan")
+    spec = ModelSpec(p.name, (Segment("blocks", tuple(units)),), cluster.hardware, p.is_training)
+    given = None
+    if p.devices == cluster.devices:
+        budget = (int(cluster.hardware.usable() // MIB),) * p.devices
+        fwd = "1f1b" if p.is_training else "gpipe"
+        given = Candidate("given", 1, "as given", p, budget, 1, fwd if why_not(fwd, p) is None else None)
+    return ModelInput(spec, given)
+
+
+def _fixed(cost: BlockCost) -> Cost:
+    return lambda devices: cost
