@@ -97,6 +97,28 @@ def train(ctx: Any, a: Args) -> list[Step]:
     return out
 
 
+class LogitsOf(torch.nn.Module):
+    """The Hugging Face model as a function of token ids to logits (what the tracer can split)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        logits: torch.Tensor = self.model(input_ids=ids, use_cache=False).logits
+        return logits
+
+
+def profile_target(layers: int = 4, micro_batch_size: int = 2) -> tuple[dict[str, torch.nn.Module], tuple[Any, ...]]:
+    """For `tessel profile --module gpt2_pipeline:profile_target`: the GPT-2 cut before each
+    transformer layer by module names, and one micro-batch of token ids."""
+    from tessel.runtime.split import split_at
+    config = gpt2_config(layers=layers)
+    ids = gpt2_batch(config, micro_batch_size, 16, seed=0)["input_ids"]
+    names = [f"model.transformer.h.{i}" for i in range(1, layers)]
+    return split_at(LogitsOf(gpt2_model(config)), names, (ids,)), (ids,)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     for f in Args.__dataclass_fields__.values():

@@ -74,8 +74,60 @@ def split_at(model: nn.Module, split_points: Sequence[str], example_args: Sequen
 
 
 def split_pipe(pipe: Any) -> dict[str, nn.Module]:
-    """The stages of a torch.distributed.pipelining `Pipe` as blocks."""
-    return {f"s{i}": pipe.get_stage_module(i) for i in range(pipe.num_stages)}
+    """The stages of a torch.distributed.pipelining `Pipe` as a chain of blocks.
+
+    A stage of a `Pipe` may read values of any earlier stage (GPT-2's attention mask, made by the
+    first stage, is read by all); a chain passes values on only to the next block. So each block
+    returns, as a tuple, its outputs and the earlier values a later block still reads.
+    """
+    gm = pipe.split_gm
+    nodes = list(gm.graph.nodes)
+    stages = [n for n in nodes if n.op == "call_module"]
+    inputs = [n for n in nodes if n.op == "placeholder"]
+    result = next(n for n in nodes if n.op == "output").args[0]
+    final = result[0] if isinstance(result, (tuple, list)) and len(result) == 1 else result
+
+    def key(n: Any) -> tuple[Any, int | None]:
+        if n.op == "call_function" and n.args and n.args[0] in stages:
+            return (n.args[0], int(n.args[1]))
+        return (n, None)
+
+    reads = [[key(a) for a in st.args] for st in stages]
+    avail: list[tuple[Any, int | None]] = [(n, None) for n in inputs]
+    out: dict[str, nn.Module] = {}
+    for i, st in enumerate(stages):
+        for k in reads[i]:
+            if k not in avail:
+                raise SplitError(f"stage {i} of the split reads {k[0].name}, which the blocks before it do not "
+                                 "pass on (a model input read after the first block?)")
+        users = [u for u in st.users if u.op == "call_function"]
+        outs = sorted({(st, int(u.args[1])) for u in users}, key=lambda k: k[1]) if users else [(st, None)]
+        now = avail + outs
+        later = {k for r in reads[i + 1:] for k in r} | ({key(final)} if i == len(stages) - 1 else set())
+        keep = [j for j, k in enumerate(now) if k in later]
+        last = i == len(stages) - 1
+        out[f"s{i}"] = ChainStage(getattr(gm, st.target), [avail.index(k) for k in reads[i]],
+                                  len(outs) if users else None, keep, now.index(key(final)) if last else None)
+        avail = [now[j] for j in keep]
+    return out
+
+
+class ChainStage(nn.Module):
+    """One stage of a split model in a chain: reads the values passed on (a tuple; the model's
+    inputs for the first), runs the stage, passes on what later stages read (the last: the output)."""
+
+    def __init__(self, inner: nn.Module, reads: list[int], outputs: int | None, keep: list[int],
+                 result: int | None) -> None:
+        super().__init__()
+        self.inner, self.reads, self.outputs, self.keep, self.result = inner, reads, outputs, keep, result
+
+    def forward(self, *args: Any) -> Any:
+        avail = list(args[0]) if len(args) == 1 and isinstance(args[0], (tuple, list)) else list(args)
+        got = self.inner(*[avail[j] for j in self.reads])
+        now = avail + (list(got) if self.outputs is not None else [got])
+        if self.result is not None:
+            return now[self.result]
+        return tuple(now[j] for j in self.keep)
 
 
 def chain_placement(blocks: Sequence[str], devices: int, *, name: str = "chain", forward: Number = 1,
