@@ -14,9 +14,11 @@ from typing import Any
 
 import pytest
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from tessel import library
 from tessel.runtime.launch import LaunchError, Options, launch
 from tessel.runtime.pipeline import Pipeline, PipelineError, WithLoss
 from tessel.runtime.share import schedule_digest
@@ -172,6 +174,23 @@ def checks(ctx: Any) -> dict[str, Any]:
     out["split_at"] = [n for n, p in pipe4.named_parameters()
                        if p.grad is None or not close(p.grad, ref4[fqn[n.split(".", 1)[1].removeprefix("inner.")]])]
 
+    # two pipelines of 2 ranks side by side (process groups [0, 1] and [2, 3]) on the M shape: a
+    # first block on both ranks of each (its process group made for both replicas), different data
+    groups = [dist.new_group([0, 1]), dist.new_group([2, 3])]
+    replica = ctx.rank // 2
+    mods = split_sequential(mlp(), [1, 4, 4])
+    names = seq_names(mods, mlp())
+    pipe5 = Pipeline(lambda b, g: split_sequential(mlp(), [1, 4, 4])[{"fA0": "s0", "f0": "s1", "f1": "s2"}[b]],
+                     "greedy", placement=library.build("mshape", 2), micro_batches=4, loss_fn=F.cross_entropy,
+                     group=groups[replica], ctx=ctx)
+    xr = x + replica
+    _, ref5 = reference_grads(mlp(), [(xr, y)])
+    loss5 = pipe5.step(xr, target=y)
+    rename = {"fA0": "s0", "f0": "s1", "f1": "s2"}
+    out["groups"] = (loss5, [n for n, p in pipe5.named_parameters() if p.grad is None or not close(
+        p.grad, ref5[names[rename[n.split(".", 1)[0]] + "." + n.split(".", 1)[1]]])],
+        sorted(pipe5.groups), float(F.cross_entropy(mlp()(xr), y)))
+
     # a batch that does not split evenly is refused on every rank before anything moves
     try:
         pipe2.step(x[:10], target=y[:10])
@@ -206,6 +225,13 @@ def test_a_searched_schedule_is_the_same_on_every_rank(results: list[dict[str, A
 
 def test_split_at_module_names_runs_like_the_model(results: list[dict[str, Any]]) -> None:
     assert all(r["split_at"] == [] for r in results)
+
+
+def test_pipelines_on_process_groups_side_by_side(results: list[dict[str, Any]]) -> None:
+    for r in results:
+        loss, bad, groups, want = r["groups"]
+        assert loss == pytest.approx(want, rel=RTOL) and bad == [] and groups == [(0, 1)]
+    assert results[0]["groups"][0] != results[2]["groups"][0]  # the two replicas saw different data
 
 
 def test_uneven_batch_is_refused_naming_the_field(results: list[dict[str, Any]]) -> None:
