@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from tessel import library
+from tessel.methods import run_method
 from tessel.runtime.launch import LaunchError, Options, launch
 from tessel.runtime.pipeline import Pipeline, PipelineError, WithLoss
 from tessel.runtime.share import schedule_digest
@@ -163,6 +164,11 @@ def checks(ctx: Any) -> dict[str, Any]:
     pipe3.step(torch.cat([x, x]), target=torch.cat([y, y]))
     out["digest"] = schedule_digest(pipe3.schedule)
     out["tessel"] = compare(pipe3, ref2, seq_names(split_sequential(mlp(), 4), mlp()))
+    # a Schedule object (a baseline: the same on every rank) unrolled to 16 micro-batches
+    one_f = run_method("1f1b", chain_placement(["s0", "s1", "s2", "s3"], 4), 8)
+    pipe3b = Pipeline(split_sequential(mlp(), 4), one_f, micro_batches=16, loss_fn=F.cross_entropy, ctx=ctx)
+    pipe3b.step(torch.cat([x, x]), target=torch.cat([y, y]))
+    out["unrolled"] = (pipe3b.schedule.micro_batches, compare(pipe3b, ref2, seq_names(split_sequential(mlp(), 4), mlp())))
 
     # split by module names (torch pipelining's tracer), then run by the pipeline
     traced = Traced()
@@ -221,6 +227,7 @@ def test_recomputation_keeps_the_gradients(results: list[dict[str, Any]]) -> Non
 def test_a_searched_schedule_is_the_same_on_every_rank(results: list[dict[str, Any]]) -> None:
     assert len({r["digest"] for r in results}) == 1
     assert all(r["tessel"] == [] for r in results)
+    assert all(r["unrolled"] == (16, []) for r in results)
 
 
 def test_split_at_module_names_runs_like_the_model(results: list[dict[str, Any]]) -> None:

@@ -117,14 +117,20 @@ class Pipeline:
     # ---- building ---------------------------------------------------------------------------------
     def _schedule(self, blocks: Mapping[str, nn.Module] | BlockFactory, schedule: Schedule | str | Path,
                   placement: Placement | None, micro_batches: int | None, memory: Any) -> Schedule:
-        if isinstance(schedule, Schedule):
-            return _same_placement(schedule, placement)
+        if isinstance(schedule, Schedule) or str(schedule) not in METHODS:
+            if not isinstance(schedule, Schedule) and not os.path.isfile(schedule):
+                raise PipelineError(f"schedule {str(schedule)!r} is neither a method "
+                                    f"({', '.join(sorted(METHODS))}) nor a schedule file")
+            s = _same_placement(schedule if isinstance(schedule, Schedule) else Schedule.load(schedule, check=True),
+                                placement)
+            # a searched schedule repeats: unroll it to the micro-batches asked for
+            if not micro_batches or micro_batches == s.micro_batches:
+                return s
+            if s.repetend is None:
+                raise PipelineError(f"the schedule is for {s.micro_batches} micro-batches and has no repetend to "
+                                    f"unroll to {micro_batches}: make it for {micro_batches}")
+            return s.unroll(micro_batches)
         ref = str(schedule)
-        if ref not in METHODS:
-            if not os.path.isfile(ref):
-                raise PipelineError(f"schedule {ref!r} is neither a method ({', '.join(sorted(METHODS))}) "
-                                    "nor a schedule file")
-            return _same_placement(Schedule.load(ref, check=True), placement)
         if placement is None:
             if not isinstance(blocks, Mapping):
                 raise PipelineError(f"schedule method {ref!r} needs a placement when blocks come from a function")
