@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 $(BIN)/tessel: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev,torch]'
+	$(BIN)/pip install -q -e '.[dev,torch,hf]'
 	touch $(BIN)/tessel
 
 demo: $(BIN)/tessel

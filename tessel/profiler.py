@@ -32,6 +32,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
+import torch.utils._pytree as pytree
 from torch import Tensor, nn
 
 from .placement import Placement, PlacementError, make_placement
@@ -72,7 +73,7 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _median_ms(run: Callable[[], Any], prepare: Callable[[], Any], device: torch.device,
+def _median_ms(run: Callable[[Any], Any], prepare: Callable[[], Any], device: torch.device,
                warmup: int, repeats: int) -> float:
     """Median wall time of `run(prepare())` in ms; `prepare` is not timed."""
     times = []
@@ -97,20 +98,19 @@ def _tensors(x: Any) -> list[Tensor]:
     return []
 
 
-def _as_args(x: Any) -> tuple:
+def _as_args(x: Any) -> tuple[Any, ...]:
     return tuple(x) if isinstance(x, (tuple, list)) else (x,)
 
 
-def _detached(args: Sequence[Any], grad: bool) -> tuple:
-    """Fresh leaves for one block's inputs; float ones require grad when the block gets gradients."""
-    out = []
-    for a in args:
-        if isinstance(a, Tensor):
-            a = a.detach()
-            if grad and a.is_floating_point():
-                a.requires_grad_(True)
-        out.append(a)
-    return tuple(out)
+def _detached(args: Sequence[Any], grad: bool) -> tuple[Any, ...]:
+    """Fresh leaves for one block's inputs (tensors anywhere in a pytree); floating ones require
+    grad when the block gets gradients."""
+    def leaf(a: Any) -> Any:
+        if not isinstance(a, Tensor):
+            return a
+        a = a.detach()
+        return a.requires_grad_(True) if grad and a.is_floating_point() else a
+    return tuple(pytree.tree_map(leaf, list(args)))
 
 
 def saved_bytes(module: nn.Module, args: Sequence[Any]) -> tuple[Any, int]:
@@ -140,7 +140,7 @@ def _output_grads(out: Any) -> tuple[list[Tensor], list[Tensor]]:
 class _Run:
     """One block's measurement setup: its module, its inputs, whether it gets a backward."""
     module: nn.Module
-    args: tuple
+    args: tuple[Any, ...]
     trains: bool
     device: torch.device
     warmup: int
@@ -151,7 +151,7 @@ class _Run:
             return _median_ms(lambda a: self.module(*a), lambda: _detached(self.args, self.trains),
                               self.device, self.warmup, self.repeats)
 
-    def _fresh(self) -> tuple[tuple, list[Tensor], list[Tensor]]:
+    def _fresh(self) -> tuple[tuple[Any, ...], list[Tensor], list[Tensor]]:
         args = _detached(self.args, True)
         outs, grads = _output_grads(self.module(*args))
         return args, outs, grads
@@ -162,8 +162,8 @@ class _Run:
 
     def input_grad_ms(self) -> float:
         """The input-gradient pass alone (the B of a split backward)."""
-        def run(s: tuple[tuple, list[Tensor], list[Tensor]]) -> None:
-            leaves = [a for a in s[0] if isinstance(a, Tensor) and a.requires_grad]
+        def run(s: tuple[tuple[Any, ...], list[Tensor], list[Tensor]]) -> None:
+            leaves = [a for a in pytree.tree_leaves(list(s[0])) if isinstance(a, Tensor) and a.requires_grad]
             if leaves:
                 torch.autograd.grad(s[1], leaves, s[2], allow_unused=True)
         return _median_ms(run, self._fresh, self.device, self.warmup, self.repeats)
@@ -218,13 +218,13 @@ def _gradient_blocks(p: Placement) -> dict[str, dict[str, str]]:
 
 
 def _block_args(p: Placement, bid: str, outputs: Mapping[str, Any],
-                inputs: Sequence[Any] | Mapping[str, Sequence[Any]], dev: torch.device) -> tuple:
+                inputs: Sequence[Any] | Mapping[str, Sequence[Any]], dev: torch.device) -> tuple[Any, ...]:
     preds = [a for a in p.preds[bid] if a in outputs]
     given = inputs.get(bid, ()) if isinstance(inputs, Mapping) else (() if preds else inputs)
     if not preds and not given:
         raise PlacementError(f"block {bid!r} has no forward predecessor and no input was given for it")
     extra = tuple(a.to(dev) if isinstance(a, Tensor) else a for a in _as_args(given))
-    return tuple(x for a in preds for x in _as_args(outputs[a])) + extra
+    return tuple(outputs[a] for a in preds) + extra  # each predecessor's output as one argument, as the runtime
 
 
 def _measure(bid: str, run: _Run, split: bool, outputs: dict[str, Any]) -> BlockProfile:
@@ -242,11 +242,7 @@ def _measure(bid: str, run: _Run, split: bool, outputs: dict[str, Any]) -> Block
 
 
 def _detach_all(x: Any) -> Any:
-    if isinstance(x, Tensor):
-        return x.detach()
-    if isinstance(x, (tuple, list)):
-        return type(x)(_detach_all(y) for y in x)
-    return x
+    return pytree.tree_map(lambda t: t.detach() if isinstance(t, Tensor) else t, x)
 
 
 def _per_device(m: BlockProfile, p: Placement, sharded_modules: bool) -> BlockProfile:
@@ -275,13 +271,15 @@ def _placement_of(p: Placement, measured: Sequence[BlockProfile], grads: Mapping
             m = by[b.id]
             blocks.append(replace(b, duration=_ms(m.forward_ms), memory=mib[b.id] if b.id in grads else 0))
             continue
-        m = by[b.grad_of]
-        split = "weight" in grads[b.grad_of]
+        f = b.grad_of
+        assert f is not None  # _gradient_blocks required it
+        m = by[f]
+        split = "weight" in grads[f]
         if b.kind == "weight":
-            blocks.append(replace(b, duration=_ms(m.backward_ms - m.input_grad_ms), memory=-mib[b.grad_of]))
+            blocks.append(replace(b, duration=_ms(m.backward_ms - m.input_grad_ms), memory=-mib[f]))
         else:
             blocks.append(replace(b, duration=_ms(m.input_grad_ms if split else m.backward_ms),
-                                  memory=0 if split else -mib[b.grad_of]))
+                                  memory=0 if split else -mib[f]))
     latency = p.latency if bandwidth is None else _latency_ms(p, by, bandwidth, alpha)
     return make_placement(p.name, p.devices, blocks, p.edges, latency)
 
@@ -290,8 +288,34 @@ def _latency_ms(p: Placement, by: Mapping[str, BlockProfile], bandwidth: float, 
     """The largest message over an edge between different device sets: bytes / bandwidth + alpha."""
     def message(a: str, b: str) -> int:
         fwd = a if a in by else p.by_id[b].grad_of or p.by_id[a].grad_of
-        return by[fwd].output_bytes if fwd in by else 0
+        return by[fwd].output_bytes if fwd is not None and fwd in by else 0
     sizes = [message(a, b) for a, b in p.edges if set(p.by_id[a].devices) != set(p.by_id[b].devices)]
     if not sizes:
         return 0.0
     return round((max(sizes) / bandwidth + alpha) * 1e3, 6)
+
+
+def profile_modules(modules: Mapping[str, nn.Module] | Sequence[nn.Module], inputs: Sequence[Any], *,
+                    devices: int | None = None, split_weight: bool = False, name: str = "chain",
+                    **options: Any) -> Profile:
+    """Profile any model cut into a chain of blocks (tessel.runtime.split gives them), placed one
+    block per device (block i on device i mod `devices`; default one device each).
+
+    `inputs` are the first block's arguments for one micro-batch; every other block reads its
+    predecessor's output. With `split_weight`, each backward is measured as an input-gradient
+    block B and a weight-gradient block W. `options` go to `profile` (device, warmup, repeats,
+    bandwidth, alpha).
+    """
+    from .builder import Stage, build_stages
+    named = dict(modules) if isinstance(modules, Mapping) else {f"s{i}": m for i, m in enumerate(modules)}
+    if not named:
+        raise PlacementError("no blocks to profile")
+    n = devices or len(named)
+    if not 1 <= n <= len(named):
+        raise PlacementError(f"{len(named)} blocks cannot use {n} devices (every device needs a block)")
+    trained = {b: any(p.requires_grad for p in m.parameters()) or i > 0 for i, (b, m) in enumerate(named.items())}
+    stages = [Stage(b, (i % n,), 1, 1 if trained[b] else 0, 1 if split_weight and trained[b] else 0,
+                    1, (b, f"{b}.b", f"{b}.w")) for i, b in enumerate(named)]
+    edges = [(a.name, c.name) for a, c in zip(stages, stages[1:])]
+    placement = build_stages(f"{name}-{n}", n, stages, edges, split_weight=split_weight)
+    return profile(placement, named, tuple(inputs), **options)

@@ -135,3 +135,60 @@ def test_cli_profile_writes_a_placement_of_the_example_model(tmp_path, capsys):
     assert all(b.duration > 0 for b in p.blocks)
     assert "fA0" in capsys.readouterr().out
     assert main(["profile", "--model", "kshape", "--placement", "vshape", "-o", str(tmp_path / "x.json")]) == 2
+
+
+class TwoOut(nn.Module):
+    """Returns a dict: the next block reads it as one argument, as the runtime passes it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(H, H)
+
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"h": self.lin(x), "skip": x}
+
+
+class ReadsDict(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(H, H)
+
+    def forward(self, d: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.lin(d["h"]) + d["skip"]
+
+
+def test_profile_modules_measures_any_chain_with_a_split_backward():
+    from tessel.profiler import profile_modules
+    from tessel.runtime.split import split_sequential
+    torch.manual_seed(0)
+    blocks = split_sequential(nn.Sequential(mlp(), mlp(), mlp()), 3) | {"s3": TwoOut(), "s4": ReadsDict()}
+    prof = profile_modules(blocks, (torch.randn(B, H),), devices=2, split_weight=True, repeats=2, warmup=1)
+    p = prof.placement
+    assert p.devices == 2 and [b.devices for b in p.blocks if b.kind == "forward"] == [(0,), (1,), (0,), (1,), (0,)]
+    assert {b.kind for b in p.blocks} == {"forward", "backward", "weight"}
+    assert prof.blocks[0].activation_bytes == MLP_ACTIVATION
+    assert prof.blocks[3].output_bytes == 2 * 4 * B * H  # both tensors of the dict
+    assert all(b.duration > 0 for b in p.blocks)
+    s = schedule_from_orders(p, 2, gpipe(p, 2))
+    s.validate()  # raises unless the four rules hold
+    assert max(s.peak_memory) > 0
+    with pytest.raises(PlacementError, match="5 blocks cannot use 6 devices"):
+        profile_modules(blocks, (torch.randn(B, H),), devices=6)
+
+
+def test_cli_profile_module_imports_the_users_factory(tmp_path, monkeypatch, capsys):
+    from tessel.cli import main
+    from tessel.placement import load_placement
+    (tmp_path / "my_model.py").write_text(
+        "import torch\nfrom torch import nn\n"
+        "def blocks():\n"
+        "    return [nn.Linear(8, 8), nn.Linear(8, 8), nn.Linear(8, 4)], (torch.randn(4, 8),)\n")
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "p.json"
+    assert main(["profile", "--module", "my_model:blocks", "--devices", "3", "--repeats", "2", "--warmup", "0",
+                 "-o", str(out)]) == 0
+    p = load_placement(out)
+    assert p.devices == 3 and len([b for b in p.blocks if b.kind == "forward"]) == 3
+    assert "s2" in capsys.readouterr().out
+    assert main(["profile", "--module", "my_model:nothing", "-o", str(out)]) == 2
+    assert "has no attribute 'nothing'" in capsys.readouterr().err

@@ -23,7 +23,14 @@ def _register_profile(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p = sub.add_parser("profile", help="measure a model's blocks into a placement (ms, MiB)",
                        description="Measure forward/backward time, activation memory and message sizes of "
                                    "an example model's blocks on this machine; write a placement JSON.")
-    p.add_argument("--model", required=True, choices=MODEL_NAMES, help="example model")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--model", choices=MODEL_NAMES, help="example model")
+    which.add_argument("--module", metavar="PKG.MOD:FUNC",
+                       help="your model: FUNC() returns (blocks, inputs): a chain of modules (list or "
+                            "{id: module}, e.g. from tessel.runtime.split) and the first block's arguments "
+                            "for one micro-batch; placed one block per device (--devices: fewer wraps around)")
+    p.add_argument("--split-weight", action="store_true",
+                   help="with --module: measure each backward as input-gradient and weight-gradient blocks")
     p.add_argument("--placement", metavar="NAME", help="built-in placement to bind it to "
                    "(default: the model's own: gpt->mllm, kshape->kshape, mlp->vshape)")
     p.add_argument("--devices", type=positive_int, default=4, help="device count (default 4)")
@@ -53,6 +60,8 @@ def _profile(args: argparse.Namespace) -> int:
         raise UsageError("--device cuda: CUDA is not available on this machine")
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
+    if args.module:
+        return _profile_module(args)
     placement = library.build(args.placement or MODELS[args.model].placement, devices=args.devices)
     cfg = Config(dim=args.dim, ffn=args.ffn, seq=args.seq, vocab=args.vocab, layers=args.layers)
     ex = example(args.model, placement, cfg)
@@ -63,6 +72,42 @@ def _profile(args: argparse.Namespace) -> int:
                    bandwidth=args.bandwidth, alpha=args.alpha)
     heads, rows = prof.table()
     print_table(heads, rows, title=f"{args.model} on {placement.name} ({prof.device}, median of {args.repeats})")
+    print(f"latency: {fmt(prof.placement.latency)} ms")
+    prof.placement.save(args.output)
+    print(f"wrote {args.output}")
+    return 0
+
+
+def _profile_module(args: argparse.Namespace) -> int:
+    """`--module pkg.mod:func`: the user's own code, named on their own command line, imported."""
+    import importlib
+    import os
+    import sys
+
+    from ..placement import PlacementError
+    from ..profiler import profile_modules
+    mod_name, _, func_name = args.module.partition(":")
+    if not mod_name or not func_name.isidentifier():
+        raise UsageError(f"--module {args.module!r}: expected PKG.MOD:FUNC")
+    sys.path.insert(0, os.getcwd())  # as `python -m` would: the user's modules next to them
+    try:
+        func = getattr(importlib.import_module(mod_name), func_name)
+    except (ImportError, AttributeError) as e:
+        raise UsageError(f"--module {args.module}: {e}") from None
+    got = func()
+    if not (isinstance(got, tuple) and len(got) == 2):
+        raise UsageError(f"--module {args.module}: {func_name}() must return (blocks, inputs), "
+                         f"got {type(got).__name__}")
+    blocks, inputs = got
+    try:
+        prof = profile_modules(blocks, inputs if isinstance(inputs, (tuple, list)) else (inputs,),
+                               devices=min(args.devices, len(blocks)), split_weight=args.split_weight,
+                               device=args.device, warmup=args.warmup, repeats=args.repeats,
+                               bandwidth=args.bandwidth, alpha=args.alpha)
+    except PlacementError as e:
+        raise UsageError(f"--module {args.module}: {e}") from None
+    heads, rows = prof.table()
+    print_table(heads, rows, title=f"{args.module} on {prof.placement.name} ({prof.device}, median of {args.repeats})")
     print(f"latency: {fmt(prof.placement.latency)} ms")
     prof.placement.save(args.output)
     print(f"wrote {args.output}")

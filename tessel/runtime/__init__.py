@@ -6,6 +6,12 @@ from their modules: `comm` (process set-up, abort on failure), `executor` (runs 
 program), `launch` (local launcher), `tp` (tensor-parallel layers), `models` (example models bound
 to placements), `train` (training jobs, checked against one process) and `pipelining` (export to
 torch.distributed.pipelining's action CSV).
+
+The library API: `pipeline.Pipeline` (your modules, a schedule, a loss; `step(batch) -> loss`),
+`split` (cut a model into blocks; chain placements), `checkpoint` (torch.distributed.checkpoint of
+a pipeline's sharded model and optimizer), `hf` (a Hugging Face GPT-2 on the M shape); beneath
+them `pack` (pytree outputs as one tensor) and `share` (one schedule broadcast to every rank).
+Tutorial: docs/runtime.md.
 """
 from .dataflow import Dataflow, dataflow
 from .program import Instruction, Programs, Transfer, check_programs, lower, lower_orders

@@ -4,13 +4,18 @@ Each block runs on detached inputs, so every block has its own autograd graph: t
 (inputs, output) for its backward; the backward receives the output gradient, runs autograd,
 hands the input gradients on and drops the graph (with a split backward, the weight block drops
 it). Sink blocks return their micro-batch's mean loss; its backward starts from 1/N, so gradients
-accumulated over the N micro-batches are those of the whole batch's mean loss.
+accumulated over the N micro-batches are those of the whole batch's mean loss. A block may return
+any pytree of tensors: it travels packed into one tensor (pack.py).
 
 Messages: `recv` posts an irecv into a fresh buffer, the reading task waits for it; `send` posts
 an isend and the tensor is kept until delivered. Tags come from the lowering (unique per step).
 Buffers need shapes: the first step (and any step whose batch fields change shape) starts with a
 shape pass that runs the forward blocks of micro-batch 0 on zeros and sends each activation's
-shape ahead, in program order, as torch.distributed.pipelining does with its shape inference.
+packing (shapes, types, structure; JSON) ahead, in program order, as torch.distributed.pipelining
+does with its shape inference.
+
+Ranks are those of `group` (the pipeline's process group; default the whole job): program rank r
+is group rank r.
 """
 from __future__ import annotations
 
@@ -28,13 +33,13 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from .comm import Context
+from .pack import PackError, Packing, pack, packing_of, unpack
 from .program import TAG_LIMIT, Instruction, Programs, tag_of
 
 log = logging.getLogger(__name__)
 
 HEADER_TAG = TAG_LIMIT  # shape messages use tags above every data tag of a step
-DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int32)
-MAX_DIMS = 6
+HEADER_BYTES = 4096  # a packing's JSON, padded
 
 LocalKey = tuple[Any, ...]  # ("act", block, mb) or ("grad", edge, mb)
 InboxKey = tuple[int, int]  # (src, tag)
@@ -71,7 +76,7 @@ class _Step:
     inbox: dict[InboxKey, tuple[Tensor, Any]] = field(default_factory=dict)
     saved: dict[tuple[str, int], _Saved] = field(default_factory=dict)
     sends: list[tuple[Any, Tensor]] = field(default_factory=list)
-    graphs: list[weakref.ref] = field(default_factory=list)
+    graphs: list[weakref.ref[Tensor]] = field(default_factory=list)
     peak: int = 0
     losses: dict[str, Tensor] = field(default_factory=dict)
 
@@ -80,21 +85,28 @@ class Executor:
     """Runs rank `ctx.rank`'s program; `blocks` are the modules of the forward blocks on this rank."""
 
     def __init__(self, programs: Programs, ctx: Context, blocks: Mapping[str, nn.Module],
-                 feeds: Mapping[str, Sequence[str]]) -> None:
-        self.flow, self.ctx, self.rank = programs.flow, ctx, ctx.rank
-        self.program = programs.ranks[ctx.rank]
+                 feeds: Mapping[str, Sequence[str]], group: Any = None) -> None:
+        self.flow, self.ctx, self.group = programs.flow, ctx, group
+        self.rank = ctx.rank if group is None else dist.get_rank(group)
+        self.program = programs.ranks[self.rank]
         self.n = programs.micro_batches
         self.blocks, self.feeds = dict(blocks), {b: tuple(f) for b, f in feeds.items()}
         mine = {i.block for i in self.program if i.op == "forward"}
         if set(self.blocks) != mine:
-            raise ValueError(f"rank {self.rank} runs blocks {sorted(mine)} but got modules for {sorted(self.blocks)}")
+            missing, extra = sorted(mine - set(self.blocks)), sorted(set(self.blocks) - mine)
+            raise ValueError(f"rank {self.rank} runs forward blocks {sorted(mine)}: "
+                             + (f"no module for block {missing[0]!r}" if missing else
+                                f"got a module for block {extra[0]!r}, which runs on other ranks"))
+        for b in mine:
+            if b not in self.feeds:
+                raise ValueError(f"rank {self.rank}: no batch fields (feeds) given for block {b!r}")
         for b, m in self.blocks.items():
             m.requires_grad_(b in self.flow.backward)
         # where each compute task's inputs come from, worked out once
         self.reads = {i: self._reads(ins) for i, ins in enumerate(self.program) if ins.is_compute}
         self.uses = self._count_uses()
-        self.shapes: dict[str, tuple[torch.Size, torch.dtype]] = {}
-        self.shape_key: tuple | None = None
+        self.shapes: dict[str, Packing] = {}  # each forward block's output, as this rank learned it
+        self.shape_key: tuple[Any, ...] | None = None
 
     def parameters(self) -> list[nn.Parameter]:
         """The trained parameters of this rank, for its optimizer."""
@@ -103,11 +115,11 @@ class Executor:
     # ---- reads ----------------------------------------------------------------------------------
     def _reads(self, ins: Instruction) -> list[Read]:
         """Where each input of a compute task comes from: a local tensor or a posted receive."""
-        out = []
+        out: list[Read] = []
         for x in self.flow.inputs(ins.block):
             src = self.flow.source(x, self.rank)
             if src is None:
-                key = ("grad", x.edge, ins.micro_batch) if x.grad else ("act", x.edge[0], ins.micro_batch)
+                key: LocalKey = ("grad", x.edge, ins.micro_batch) if x.grad else ("act", x.edge[0], ins.micro_batch)
                 out.append((key, None))
             else:
                 out.append((None, (src, tag_of(self.flow, x.edge, x.grad, ins.micro_batch))))
@@ -119,21 +131,23 @@ class Executor:
         assert t is not None
         return ("grad", t.edge, t.micro_batch) if t.grad else ("act", t.edge[0], t.micro_batch)
 
-    def _count_uses(self) -> Counter:
-        uses: Counter = Counter(k for reads in self.reads.values() for k, _ in reads if k is not None)
+    def _count_uses(self) -> Counter[LocalKey]:
+        uses: Counter[LocalKey] = Counter(k for reads in self.reads.values() for k, _ in reads if k is not None)
         uses.update(self._sent(ins) for ins in self.program if ins.op == "send")
         return uses
 
     # ---- one step -------------------------------------------------------------------------------
-    def run(self, batch: Mapping[str, Tensor]) -> StepResult:
-        """Forward and backward of every micro-batch; gradients accumulate into `.grad`."""
+    def run(self, batch: Mapping[str, Tensor], accumulate: bool = False) -> StepResult:
+        """Forward and backward of every micro-batch; gradients accumulate into `.grad`, which is
+        cleared first unless `accumulate` (then the caller zeroes it, as with plain autograd)."""
         mbs = split_batch(batch, self.n, self.ctx.device)
         key = tuple((k, tuple(v.shape), v.dtype) for k, v in sorted(mbs[0].items()))
         if key != self.shape_key:
             self._infer_shapes(mbs[0])
             self.shape_key = key
-        for p in self.parameters():
-            p.grad = None
+        if not accumulate:
+            for p in self.parameters():
+                p.grad = None
         st = _Step(mbs)
         start = time.perf_counter()
         for i, ins in enumerate(self.program):
@@ -162,30 +176,47 @@ class Executor:
         if ins.op == "recv":
             t = ins.transfer
             assert t is not None
-            shape, dtype = self.shapes[t.edge[0]]
-            buf = torch.empty(shape, dtype=dtype, device=self.ctx.device)
-            st.inbox[(t.src, t.tag)] = (buf, dist.irecv(buf, t.src, tag=t.tag))
+            packing = self.shapes[t.edge[0]]
+            buf = torch.empty(packing.buffer_shape, dtype=packing.carrier, device=self.ctx.device)
+            st.inbox[(t.src, t.tag)] = (buf, self._irecv(buf, t.src, t.tag))
         elif ins.op == "send":
             t = ins.transfer
             assert t is not None
             x = self._take(st, self._sent(ins), None)
-            st.sends.append((dist.isend(x, t.dst, tag=t.tag), x))
+            st.sends.append((self._isend(x, t.dst, t.tag), x))
         else:
             getattr(self, f"_{ins.op}")(ins, st, self.reads[i])
             st.sends = [(w, x) for w, x in st.sends if not w.is_completed()]
             st.graphs = [r for r in st.graphs if r() is not None]
             st.peak = max(st.peak, len(st.graphs))
 
+    def _isend(self, x: Tensor, dst: int, tag: int) -> Any:
+        if self.group is None:
+            return dist.isend(x, dst, tag=tag)
+        return dist.isend(x, group=self.group, group_dst=dst, tag=tag)
+
+    def _irecv(self, x: Tensor, src: int, tag: int) -> Any:
+        if self.group is None:
+            return dist.irecv(x, src, tag=tag)
+        return dist.irecv(x, group=self.group, group_src=src, tag=tag)
+
+    def _call(self, b: str, xs: Sequence[Tensor], mb: Mapping[str, Tensor]) -> Any:
+        """Block b on its input activations (unpacked) and its batch fields."""
+        args = [unpack(x, self.shapes[e[0]]) for x, e in zip(xs, self.flow.in_edges[b])]
+        return self.blocks[b](*args, *(mb[f] for f in self.feeds[b]))
+
     def _take(self, st: _Step, local: LocalKey | None, inbox: InboxKey | None) -> Tensor:
         if inbox is not None:
             buf, work = st.inbox.pop(inbox)
             work.wait()
             return buf
+        assert local is not None
         entry = st.local[local]
         entry[1] -= 1
         if entry[1] == 0:
             del st.local[local]
-        return entry[0]
+        x: Tensor = entry[0]
+        return x
 
     def _keep(self, st: _Step, key: LocalKey, x: Tensor) -> None:
         if self.uses[key]:
@@ -195,10 +226,10 @@ class Executor:
         b, m, flow = ins.block, ins.micro_batch, self.flow
         trained = b in flow.backward
         xs = [self._take(st, *r) for r in reads]
-        leaves = [x.detach().requires_grad_(trained and flow.trains_input(e))
+        leaves = [x.detach().requires_grad_(trained and flow.trains_input(e) and x.is_floating_point())
                   for x, e in zip(xs, flow.in_edges[b])]
         with torch.set_grad_enabled(trained):
-            out = self.blocks[b](*leaves, *(st.mbs[m][f] for f in self.feeds[b]))
+            out = pack(self._call(b, leaves, st.mbs[m]), self.shapes[b], f"block {b!r}")
         if b in flow.sinks:
             st.losses[b] = out.detach() / self.n + st.losses.get(b, 0)
         if trained:
@@ -217,21 +248,28 @@ class Executor:
             grad = grads[0] if len(grads) == 1 else torch.stack(grads).sum(0)
         edges = [e for e in flow.in_edges[y] if flow.trains_input(e)]
         leaves = [x for x, e in zip(saved.inputs, flow.in_edges[y]) if flow.trains_input(e)]
+        differentiable = saved.output.requires_grad  # not when only integer tensors come out
         if y in flow.weight:
-            gin = list(torch.autograd.grad(saved.output, leaves, grad, retain_graph=True)) if leaves else []
+            wanted = [x for x in leaves if x.requires_grad]
+            found = (torch.autograd.grad(saved.output, wanted, grad, retain_graph=True, allow_unused=True)
+                     if wanted and differentiable else ())
+            by_leaf = {id(x): g for x, g in zip(wanted, found)}
+            gin = [by_leaf.get(id(x)) for x in leaves]
             saved.grad = grad
         else:
-            torch.autograd.backward(saved.output, grad)
-            gin = [x.grad if x.grad is not None else torch.zeros_like(x) for x in leaves]
+            if differentiable:
+                torch.autograd.backward(saved.output, grad)
+            gin = [x.grad for x in leaves]
             del st.saved[(y, m)]
-        for e, g in zip(edges, gin):
-            self._keep(st, ("grad", e, m), g.contiguous())
+        for e, g, x in zip(edges, gin, leaves):
+            self._keep(st, ("grad", e, m), (g if g is not None else torch.zeros_like(x)).contiguous())
 
     def _weight(self, ins: Instruction, st: _Step, reads: list[Read]) -> None:
         y = self.flow.forward_of[ins.block]
         saved = st.saved.pop((y, ins.micro_batch))
         params = [p for p in self.blocks[y].parameters() if p.requires_grad]
-        torch.autograd.backward(saved.output, saved.grad, inputs=params)
+        if params and saved.output.requires_grad:
+            torch.autograd.backward(saved.output, saved.grad, inputs=params)
 
     # ---- shapes ---------------------------------------------------------------------------------
     def _infer_shapes(self, mb: Mapping[str, Tensor]) -> None:
@@ -242,15 +280,17 @@ class Executor:
             t = ins.transfer
             if ins.micro_batch != 0 or (t is not None and t.grad) or ins.op in ("backward", "weight"):
                 continue
+            if t is None:
+                with self._at(i, ins, "shape pass, "):
+                    self._shape_forward(ins, self.reads[i], mb, heads)
+                continue
             with self._at(i, ins, "shape pass, "):
                 if ins.op == "recv":
-                    buf = torch.zeros(2 + MAX_DIMS, dtype=torch.int64, device=self.ctx.device)
-                    heads[(t.src, t.tag)] = (buf, dist.irecv(buf, t.src, tag=HEADER_TAG + t.tag))
-                elif ins.op == "send":
-                    head = _header(*self.shapes[ins.block]).to(self.ctx.device)
-                    sends.append((dist.isend(head, t.dst, tag=HEADER_TAG + t.tag), head))
+                    buf = torch.zeros(HEADER_BYTES, dtype=torch.uint8, device=self.ctx.device)
+                    heads[(t.src, t.tag)] = (buf, self._irecv(buf, t.src, HEADER_TAG + t.tag))
                 else:
-                    self._shape_forward(ins, self.reads[i], mb, heads)
+                    head = _header(self.shapes[ins.block], ins.block).to(self.ctx.device)
+                    sends.append((self._isend(head, t.dst, HEADER_TAG + t.tag), head))
         for work, _ in sends:
             work.wait()
 
@@ -261,27 +301,31 @@ class Executor:
             if inbox is not None:
                 buf, work = heads.pop(inbox)
                 work.wait()
-                self.shapes[x.edge[0]] = _parse_header(buf)
-            shape, dtype = self.shapes[x.edge[0]]
-            xs.append(torch.zeros(shape, dtype=dtype, device=self.ctx.device))
+                self.shapes[x.edge[0]] = _parse_header(buf, x.edge[0])
+            p = self.shapes[x.edge[0]]
+            xs.append(torch.zeros(p.buffer_shape, dtype=p.carrier, device=self.ctx.device))
+        b = ins.block
         with torch.no_grad():
-            out = self.blocks[ins.block](*xs, *(mb[f] for f in self.feeds[ins.block]))
-        self.shapes[ins.block] = (out.shape, out.dtype)
+            out = self._call(b, xs, mb)
+        self.shapes[b] = packing_of(out, f"block {b!r}")
+        if b in self.flow.sinks and (not self.shapes[b].single or out.dim() != 0 or not out.is_floating_point()):
+            raise PackError(f"block {b!r} is a last block: it must return its micro-batch's mean loss, a "
+                            f"floating scalar, but returned {self.shapes[b].describe()}")
 
 
-def _header(shape: torch.Size, dtype: torch.dtype) -> Tensor:
-    if len(shape) > MAX_DIMS or dtype not in DTYPES:
-        raise ValueError(f"cannot send a tensor of shape {tuple(shape)} and type {dtype} "
-                         f"(at most {MAX_DIMS} dimensions, types {DTYPES})")
-    h = torch.zeros(2 + MAX_DIMS, dtype=torch.int64)
-    h[0], h[1] = len(shape), DTYPES.index(dtype)
-    h[2:2 + len(shape)] = torch.tensor(shape, dtype=torch.int64)
-    return h
+def _header(p: Packing, block: str) -> Tensor:
+    data = p.to_json().encode()
+    if len(data) > HEADER_BYTES:
+        raise PackError(f"block {block!r} returns {len(p.leaves)} tensors: their description takes "
+                        f"{len(data)} bytes, more than {HEADER_BYTES}; return fewer tensors")
+    return torch.frombuffer(bytearray(data.ljust(HEADER_BYTES)), dtype=torch.uint8).clone()
 
 
-def _parse_header(h: Tensor) -> tuple[torch.Size, torch.dtype]:
-    v = h.tolist()
-    return torch.Size(v[2:2 + v[0]]), DTYPES[v[1]]
+def _parse_header(h: Tensor, block: str) -> Packing:
+    try:
+        return Packing.from_json(bytes(h.cpu().tolist()).decode().strip())
+    except (ValueError, KeyError, TypeError) as e:
+        raise ExecutionError(f"the description of block {block!r}'s output arrived unreadable: {e}") from e
 
 
 def split_batch(batch: Mapping[str, Tensor], n: int, device: torch.device) -> list[dict[str, Tensor]]:
