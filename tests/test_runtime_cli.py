@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -22,10 +23,11 @@ def test_run_with_check(capsys: pytest.CaptureFixture) -> None:
     assert rc == 0, out
     lines = out.splitlines()
     assert lines[0] == "kshape on kshape-4 with tessel: 4 micro-batches of 2, 4 processes"
-    assert lines[1].split() == ["step", "loss", "seconds", "reference", "loss", "max", "grad", "diff"]
+    assert lines[1].split() == ["step", "loss", "seconds", "reference", "loss", "max", "grad", "error"]
     assert [line.split()[0] for line in lines[2:4]] == ["1", "2"]
     assert lines[2].split()[1] == lines[2].split()[3]  # loss == reference loss, 6 decimals
     assert out.rstrip().splitlines()[-1].startswith("check: loss and ")
+    assert out.rstrip().endswith("every rank ran the schedule's order")
 
 
 def test_run_a_schedule_file(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
@@ -35,6 +37,14 @@ def test_run_a_schedule_file(tmp_path: Path, capsys: pytest.CaptureFixture) -> N
     out = capsys.readouterr().out
     assert out.startswith("mlp on vshape-4 with gpipe: 4 micro-batches of 2, 4 processes")
     assert "most forward graphs alive per rank: 4,4,4,4" in out  # GPipe keeps every micro-batch
+    memory = next(line for line in out.splitlines() if line.startswith("peak activation memory per rank"))
+    found = re.search(r"declared ([\d.,]+); measured ([\d.,]+) ", memory)
+    assert found, memory
+    declared, measured = found.groups()
+    assert declared == "4,4,4,4"
+    # the same unit and rank order: each rank's measured peak near its declared 4 units (mlp blocks
+    # differ in what they keep: the first reads features, the last keeps its classifier too)
+    assert all(abs(float(m) - 4) <= 1.5 for m in measured.split(",")), memory
     assert main(["run", "--model", "mlp", "--schedule", str(path), "--placement", "vshape"]) == 2
     assert "do not give --placement too" in capsys.readouterr().err
 
@@ -66,10 +76,16 @@ def test_model_names_without_torch_match_the_models() -> None:
 
 def test_verdict_fails_on_a_mismatch(capsys: pytest.CaptureFixture) -> None:
     good = StepReport({"f1": 2.0}, 0.1, 1, {"f1": 2.0}, 1e-7, 3)
-    bad = StepReport({}, 0.1, 1, {"f1": 2.0}, 3e-4, 3)
+    bad = StepReport({}, 0.1, 1, {"f1": 2.0}, 1e-3, 3)  # a 0.1% gradient error
+    off = StepReport({"f1": 2.002}, 0.1, 1, {"f1": 2.0}, 0.0, 3)  # a 0.1% loss error
     assert _verdict([RankReport(0, ("f0",), (good,))]) == 0
     assert _verdict([RankReport(0, ("f0",), (good,)), RankReport(1, ("f1",), (bad,))]) == 1
-    assert "check FAILED: max diff 0 in the loss, 0.0003 in a gradient" in capsys.readouterr().err
+    assert "check FAILED: max relative error 0 in the loss, 0.001 in a gradient" in capsys.readouterr().err
+    assert _verdict([RankReport(0, ("f1",), (off,))]) == 1
+    assert "0.001 in the loss" in capsys.readouterr().err
+    wrong = RankReport(0, ("f0",), (good,), order_errors=("rank 0: task 1 ran f0#1, the schedule has b0#0",))
+    assert _verdict([wrong]) == 1
+    assert "check FAILED: rank 0: task 1 ran f0#1" in capsys.readouterr().err
 
 
 def test_under_torchrun() -> None:
@@ -80,6 +96,11 @@ def test_under_torchrun() -> None:
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.count("check: loss and 14 parameter gradients per step match") == 1  # rank 0 prints
+
+
+def test_n_is_micro_batches(capsys: pytest.CaptureFixture) -> None:
+    assert main(["run", "--model", "gpt", "--placement", "mshape", "-n", "2", "--programs"]) == 0
+    assert capsys.readouterr().out.startswith("programs of mshape-4: 2 micro-batches")
 
 
 def test_a_failed_run_exits_1(capsys: pytest.CaptureFixture) -> None:
