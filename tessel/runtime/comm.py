@@ -135,10 +135,10 @@ def init(timeout: float = 60.0, backend: str | None = None, job: Job | None = No
     if job is not None:
         store = connect(job.host, job.port, job.prefix, td)
     else:
-        store = connect(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), "tessel/", td)
-    dist.init_process_group(backend, store=PrefixStore(f"replica{replica}/", store), rank=rank,
+        store = connect(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), "tessel", td)
+    dist.init_process_group(backend, store=PrefixStore(f"replica{replica}", store), rank=rank,
                             world_size=world, timeout=td)
-    dp = _replica_group(backend, PrefixStore(f"dp{rank}/", store), replica, replicas, td)
+    dp = _replica_group(backend, PrefixStore(f"dp{rank}", store), replica, replicas, td)
     key = bytes.fromhex(job.key) if job is not None else _shared_key(device, grank, dp)
     ctx = Context(rank, world, device, store, td, key, grank, replica, replicas, dp)
     ctx.watcher = threading.Thread(target=_watch, args=(ctx,), name="tessel-abort-watcher", daemon=True)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import multiprocessing as mp
 import multiprocessing.connection
+import multiprocessing.forkserver
 import os
 import secrets
 import signal
@@ -47,7 +48,6 @@ PRELOAD = [__name__, "tessel.runtime.executor", "tessel.runtime.train", "tessel.
 
 def start_workers_early() -> None:
     """Start the fork server and its imports now, in parallel with whatever the caller does next."""
-    import multiprocessing.forkserver
     mp.get_context("forkserver").set_forkserver_preload(PRELOAD)
     multiprocessing.forkserver.ensure_running()
 
@@ -77,12 +77,8 @@ def launch(fn: Callable[..., Any], nprocs: int, args: Sequence[Any] = (), option
         raise ValueError(f"cannot launch {nprocs} processes")
     if not options.timeout > 0 or not options.pg_timeout > 0:
         raise ValueError(f"timeouts must be > 0 s, got {options.timeout:g} and {options.pg_timeout:g}")
-    listener = socket.create_server((options.host, 0), family=_family(options.host), backlog=max(128, nprocs))
-    port = listener.getsockname()[1]
-    server = TCPStore(options.host, port, is_master=True, wait_for_workers=False,
-                           timeout=timedelta(seconds=options.pg_timeout), master_listen_fd=listener.detach(),
-                           use_libuv=True)
-    job = comm.Job(options.host, port, f"tessel/{secrets.token_hex(16)}/", secrets.token_hex(32),
+    server, port = serve_store(options.host, options.pg_timeout)
+    job = comm.Job(options.host, port, f"tessel/{secrets.token_hex(16)}", secrets.token_hex(32),
                    options.replicas)
     store = comm.Context(0, nprocs, torch.device("cpu"), PrefixStore(job.prefix, server),
                          timedelta(seconds=options.pg_timeout), bytes.fromhex(job.key))
@@ -103,6 +99,15 @@ def launch(fn: Callable[..., Any], nprocs: int, args: Sequence[Any] = (), option
             if p.pid is not None:
                 p.join()
     return _collect(procs, store)
+
+
+def serve_store(host: str, timeout: float) -> tuple[Any, int]:
+    """A TCPStore server listening on `host` only (torch's own listens on every address)."""
+    listener = socket.create_server((host, 0), family=_family(host), backlog=128)
+    port = listener.getsockname()[1]
+    server = TCPStore(host, port, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=timeout),
+                      master_listen_fd=listener.detach(), use_libuv=True)
+    return server, port
 
 
 def _family(host: str) -> socket.AddressFamily:
