@@ -30,6 +30,7 @@ from typing import Any
 
 from tessel import bounds, library
 from tessel.baselines import BASELINES, applicable
+from tessel.numeric import fmt
 from tessel.placement import Placement, atomic_write
 from tessel.schedule import Schedule
 from tessel.search import search
@@ -230,11 +231,7 @@ def targets(facts: dict, exact: list[dict], large: list[dict]) -> list[str]:
 
 
 def _fmt(x: Any, digits: int = 2) -> str:
-    if x is None:
-        return "-"
-    if isinstance(x, float):
-        return str(int(x)) if x.is_integer() else f"{x:.{digits}f}"
-    return str(x)
+    return fmt(x, digits, "f")
 
 
 def main() -> None:

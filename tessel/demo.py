@@ -21,6 +21,7 @@ from typing import Any
 
 from . import library
 from .methods import available_methods, run_method, why_not_method
+from .numeric import fmt
 from .placement import Number, Placement, atomic_write
 from .render import render_placement
 from .schedule import Schedule, ScheduleError
@@ -220,7 +221,7 @@ def _summary(stops: Sequence[Stop]) -> str:
 
 
 def _num(x: Any) -> str:
-    return "–" if x is None else f"{x:g}"
+    return fmt(x, digits=6, none="–")
 
 
 def _sentence(text: str) -> str:

@@ -16,6 +16,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from . import graph
+
 log = logging.getLogger(__name__)
 
 KINDS = ("forward", "backward", "weight", "other")
@@ -85,18 +87,7 @@ class Placement:
 
     def topo_sorted(self, key: Callable[[str], Any]) -> list[str]:
         """A dependency order that, among the blocks ready at each step, takes the least `key`."""
-        indeg = {b.id: len(self.preds[b.id]) for b in self.blocks}
-        ready = [i for i, n in indeg.items() if n == 0]
-        order: list[str] = []
-        while ready:
-            ready.sort(key=key)
-            x = ready.pop(0)
-            order.append(x)
-            for y in self.succs[x]:
-                indeg[y] -= 1
-                if indeg[y] == 0:
-                    ready.append(y)
-        return order
+        return graph.topo_sorted([b.id for b in self.blocks], self.succs, key)
 
     def edge_latency(self, a: str, b: str) -> Number:
         """Transfer time of edge a -> b: the placement latency when the device sets differ."""
@@ -236,31 +227,8 @@ def _check_grad_of(p: Placement, b: Block) -> None:
 
 def find_cycle(p: Placement) -> list[str]:
     """One dependency cycle as a list of block ids, or [] when the graph is acyclic."""
-    succ: dict[str, list[str]] = {b.id: [] for b in p.blocks}
-    for a, b in p.edges:
-        succ[a].append(b)
-    color = {k: 0 for k in succ}
-    for root in succ:
-        if color[root]:
-            continue
-        stack: list[tuple[str, int]] = [(root, 0)]
-        path: list[str] = []
-        while stack:
-            node, i = stack.pop()
-            if i == 0:
-                color[node] = 1
-                path.append(node)
-            if i < len(succ[node]):
-                stack.append((node, i + 1))
-                nxt = succ[node][i]
-                if color[nxt] == 1:
-                    return path[path.index(nxt):]
-                if color[nxt] == 0:
-                    stack.append((nxt, 0))
-            else:
-                color[node] = 2
-                path.pop()
-    return []
+    ids = [b.id for b in p.blocks]
+    return graph.find_cycle(ids, graph.successors(ids, p.edges))
 
 
 def _memory_warnings(p: Placement) -> list[str]:

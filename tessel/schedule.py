@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from . import bounds
+from .numeric import EPS as EPS
+from .numeric import snap as _num
 from .placement import Number, Placement, PlacementError, atomic_write, placement_from_dict, read_document
 
-EPS = 1e-9
 FORMAT, VERSION = "tessel-schedule", 1
 
 
@@ -38,10 +39,28 @@ class Repetend:
     start: Number
     end: Number
 
+    def holds(self, start: Number) -> bool:
+        """Whether a task starting at `start` is in the window [start, end)."""
+        return self.start - EPS <= start < self.end - EPS
 
-def _num(x: float) -> Number:
-    """Integers stay integers in files and tables."""
-    return int(round(x)) if abs(x - round(x)) < EPS else x
+
+@dataclass(frozen=True)
+class Kernel:
+    """One instance of the repetend's window: the tasks inside it, which recur every period
+    `shift` micro-batches on. Unroll, search, baselines and charts all read it from here."""
+    repetend: Repetend
+    tasks: tuple[Task, ...]
+    blocks: int
+
+    @property
+    def shift(self) -> int:
+        """Micro-batches the window advances per period: its tasks per block."""
+        return len(self.tasks) // self.blocks
+
+    @property
+    def whole(self) -> bool:
+        """Whether the window holds a whole, non-zero number of micro-batches' tasks."""
+        return self.shift >= 1 and len(self.tasks) % self.blocks == 0
 
 
 def normalise_limit(limit: Number | Sequence[Number] | None, devices: int) -> tuple[Number, ...] | None:
@@ -227,6 +246,13 @@ class Schedule:
                 "period": None if self.repetend is None else self.repetend.period}
 
     # ---- unroll ------------------------------------------------------------------------------
+    def kernel(self, repetend: Repetend | None = None) -> Kernel | None:
+        """The window of `repetend` (default: this schedule's) with its tasks; None without one."""
+        rep = repetend or self.repetend
+        if rep is None:
+            return None
+        return Kernel(rep, tuple(t for t in self.tasks if rep.holds(t.start)), len(self.placement.blocks))
+
     def unroll(self, micro_batches: int, check: bool = True) -> Schedule:
         """Repeat the repetend so the schedule covers `micro_batches`, without any search."""
         if self.repetend is None:
@@ -310,14 +336,12 @@ def schedule_from_dict(doc: Any, source: str = "schedule", check: bool = False) 
 
 def unroll(s: Schedule, micro_batches: int, check: bool = True) -> Schedule:
     """Warm-up as is, the kernel [start, end) repeated, the cool-down shifted after it."""
-    rep = s.repetend
-    assert rep is not None
-    nblocks = len(s.placement.blocks)
-    kernel = [t for t in s.tasks if rep.start - EPS <= t.start < rep.end - EPS]
-    shift, rem = divmod(len(kernel), nblocks)
-    if shift < 1 or rem:
-        raise ScheduleError(f"repetend [{rep.start}, {rep.end}) holds {len(kernel)} tasks, "
-                            f"not a whole number of micro-batches of {nblocks} blocks")
+    kernel = s.kernel()
+    assert kernel is not None
+    rep, shift = kernel.repetend, kernel.shift
+    if not kernel.whole:
+        raise ScheduleError(f"repetend [{rep.start}, {rep.end}) holds {len(kernel.tasks)} tasks, "
+                            f"not a whole number of micro-batches of {kernel.blocks} blocks")
     extra = micro_batches - s.micro_batches
     if extra % shift:
         raise ScheduleError(f"this repetend advances {shift} micro-batches per period: "

@@ -39,9 +39,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from .key import Key
 from .placement import Block, Number, Placement, PlacementError, make_placement
 from .schedule import Schedule
-from .timing import Key, earliest_starts, orders_of
+from .timing import earliest_starts, orders_of
 
 log = logging.getLogger(__name__)
 

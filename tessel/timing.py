@@ -8,10 +8,10 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Mapping, Sequence
 
+from .key import Key
 from .placement import Number, Placement
 from .schedule import Repetend, Schedule, ScheduleError
 
-Key = tuple[str, int]
 Orders = Sequence[Sequence[Key]]
 
 

@@ -27,11 +27,11 @@ from collections import defaultdict
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 
+from ..key import Key
 from ..placement import Number, Placement
 from ..schedule import EPS
 from ..timing import DeadlockError
 
-Key = tuple[str, int]
 Pool = tuple[int, Hashable]
 Priority = Callable[[str, int], tuple]
 

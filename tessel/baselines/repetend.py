@@ -49,5 +49,7 @@ def detect(make: Callable[[int], Schedule], n: int, shift: int) -> Repetend | No
 def window_holds(a: Schedule, b: Schedule, rep: Repetend) -> bool:
     """Whether `a` and `b` run the same tasks at the same times inside the repetend's window."""
     def inside(s: Schedule) -> set[tuple[str, int, float]]:
-        return {(t.block, t.micro_batch, round(t.start, 6)) for t in s.tasks if rep.start - EPS <= t.start < rep.end - EPS}
+        kernel = s.kernel(rep)
+        assert kernel is not None
+        return {(t.block, t.micro_batch, round(t.start, 6)) for t in kernel.tasks}
     return inside(a) == inside(b)

@@ -33,9 +33,10 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from ..key import Key
 from ..placement import Number, Placement, make_placement
 from ..schedule import normalise_limit
-from ..timing import Key, earliest_starts
+from ..timing import earliest_starts
 from .engine import Pools, backward_first, list_schedule, memory_need, one_group, reservations
 from .shapes import FORWARD_PHASE, BaselineError, Chain, chain, check_phases, components, single_chain
 
@@ -146,10 +147,16 @@ def _stage_1f1b(c: Chain, stage: int, micro_batches: int) -> list[Key]:
     warm = min(depth - 1 - stage, micro_batches)
     fwd = [(c.forward[stage], m) for m in range(micro_batches)]
     bwd = [(c.backward[depth - 1 - stage], m) for m in range(micro_batches)]
-    order = fwd[:warm]
-    for k in range(micro_batches - warm):
+    return one_f_one_b(fwd, bwd, warm)
+
+
+def one_f_one_b(fwd: Sequence[Key], bwd: Sequence[Key], warm: int) -> list[Key]:
+    """The 1F1B order of one stage: `warm` forwards, then forward-backward pairs, then the
+    backwards left (the cool-down)."""
+    order = list(fwd[:warm])
+    for k in range(len(fwd) - warm):
         order += [fwd[warm + k], bwd[k]]
-    return order + bwd[micro_batches - warm:]
+    return order + list(bwd[len(fwd) - warm:])
 
 
 def _unit_times(p: Placement, c: Chain, micro_batches: int) -> Starts:
@@ -229,10 +236,7 @@ def _interleaved(p: Placement, n: int, limit: Limit) -> Starts:
         warm = min((k_dev - r - 1) * 2 + (v - 1) * k_dev, total)
         fwd = [(c.forward[((k // k_dev) % v) * k_dev + r], micro(k)) for k in range(total)]
         bwd = [(c.backward[s - 1 - ((v - 1 - (k // k_dev) % v) * k_dev + r)], micro(k)) for k in range(total)]
-        order = fwd[:warm]
-        for i in range(total - warm):
-            order += [fwd[warm + i], bwd[i]]
-        orders[dev] = order + bwd[total - warm:]
+        orders[dev] = one_f_one_b(fwd, bwd, warm)
     return earliest_starts(p, n, orders)
 
 
@@ -258,13 +262,13 @@ def _zb_h1(p: Placement, n: int, limit: Limit) -> Starts:
         b = c.backward[k_dev - 1 - i]
         w = c.weight[b]
         warm = min(k_dev - 1 - i, n)
-        order = [(f, m) for m in range(warm)]
+        order: list[Key] = []
         held: list[int] = []
-        for j in range(n):
-            if j + warm < n:
-                order.append((f, j + warm))
-            order.append((b, j))
-            held.append(j)
+        for key in one_f_one_b([(f, m) for m in range(n)], [(b, m) for m in range(n)], warm):
+            order.append(key)
+            if key[0] != b:
+                continue
+            held.append(key[1])
             if len(held) > i:  # stage i keeps i weight passes back for the cool-down's bubbles
                 order.append((w, held.pop(0)))
         orders[c.device(p, f)] = order + [(w, j) for j in held]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .. import graph
 from ..placement import Placement
 
 
@@ -41,20 +42,7 @@ def check_phases(p: Placement, method: str) -> None:
 
 def components(p: Placement) -> list[list[str]]:
     """Weakly connected components, each in declaration order, ordered by their first block."""
-    root = {b.id: b.id for b in p.blocks}
-
-    def find(x: str) -> str:
-        while root[x] != x:
-            root[x] = root[root[x]]
-            x = root[x]
-        return x
-
-    for a, b in p.edges:
-        root[find(a)] = find(b)
-    groups: dict[str, list[str]] = {}
-    for b in p.blocks:
-        groups.setdefault(find(b.id), []).append(b.id)
-    return list(groups.values())
+    return graph.components([b.id for b in p.blocks], p.edges)
 
 
 def _path(p: Placement, ids: list[str], what: str) -> list[str]:

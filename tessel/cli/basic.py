@@ -7,6 +7,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..baselines import BASELINES
+from ..methods import METHODS
 from ..placement import Placement, read_document
 from ..schedule import FORMAT, Schedule, schedule_from_dict
 from .common import (
@@ -36,9 +38,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--plot", metavar="FILE", type=picture_path, help="schedule files only: write a Gantt chart (.png or .svg)")
     p.set_defaults(func=_show)
 
-    p = sub.add_parser("baseline", help="run a baseline schedule (gpipe, 1f1b, interleaved, chimera, zb-h1, greedy)",
+    p = sub.add_parser("baseline", help=f"run a baseline schedule ({', '.join(BASELINES)})",
                        description="Build a baseline schedule for a placement and print its figures.")
-    p.add_argument("name", metavar="NAME", help="gpipe, 1f1b, interleaved, chimera, zb-h1 or greedy")
+    p.add_argument("name", metavar="NAME", help="one of " + ", ".join(BASELINES))
     add_placement_args(p)
     _add_run_args(p)
     add_output_args(p)
@@ -54,7 +56,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Run every method (or --methods) on a placement and compare their figures.")
     add_placement_args(p)
     _add_run_args(p)
-    p.add_argument("--methods", metavar="A,B", help="comma list of methods (default: all available)")
+    p.add_argument("--methods", metavar="A,B",
+                   help=f"comma list of methods, from {', '.join(METHODS)} (default: all available)")
     p.add_argument("--time-limit", type=float, metavar="S", help="seconds per search method")
     p.add_argument("--plot", metavar="FILE", type=picture_path, help="write a bar chart of the comparison (.png or .svg)")
     p.set_defaults(func=_compare)
@@ -116,7 +119,6 @@ def _show_placement(p: Placement, n: int) -> None:
 
 # ---- baseline, check -------------------------------------------------------------------------
 def _baseline(args: argparse.Namespace) -> int:
-    from ..baselines import BASELINES
     if args.name not in BASELINES:
         raise UsageError(f"unknown baseline {args.name!r}; known: {', '.join(BASELINES)}")
     s = BASELINES[args.name](resolve_placement(args), args.micro_batches, args.memory)

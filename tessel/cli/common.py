@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ..numeric import fmt as fmt
+from ..numeric import integral as _number
 from ..placement import Placement, load_placement
 from ..schedule import Schedule
 
@@ -42,10 +44,6 @@ def resolve_placement(args: argparse.Namespace) -> Placement:
     return library.build(ref, devices=args.devices, infer=args.infer, **costs)
 
 
-def _number(x: float) -> int | float:
-    return int(x) if float(x).is_integer() else x
-
-
 def add_memory_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--memory", type=parse_memory, metavar="M",
                    help="memory limit: one number for every device, or a comma list per device")
@@ -69,14 +67,6 @@ def positive_int(text: str) -> int:
     if v < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
     return v
-
-
-def fmt(x: Any) -> str:
-    if isinstance(x, float):
-        return f"{x:.4g}" if not x.is_integer() else str(int(x))
-    if isinstance(x, (list, tuple)):
-        return ",".join(fmt(v) for v in x)
-    return "-" if x is None else str(x)
 
 
 def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], title: str | None = None) -> None:

@@ -13,7 +13,7 @@ from .outputs import add_output_args, write_outputs
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("search", help="search a schedule: repetend + completion (modes tessel, fast, exact)",
+    p = sub.add_parser("search", help=f"search a schedule: repetend + completion (modes {', '.join(MODES)})",
                        description="Search the schedule of a placement for N micro-batches under per-device "
                                    "memory limits and print its figures. A search that hits its time limit "
                                    "returns the best schedule found and says so.")

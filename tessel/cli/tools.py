@@ -8,6 +8,7 @@ from pathlib import Path
 from ..schedule import Schedule
 from .common import UsageError, fmt, positive_int, print_summary, print_table
 from .outputs import add_output_args, write_outputs
+from .runtime import MODEL_NAMES
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -20,7 +21,7 @@ def _register_profile(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("profile", help="measure a model's blocks into a placement (ms, MiB)",
                        description="Measure forward/backward time, activation memory and message sizes of "
                                    "an example model's blocks on this machine; write a placement JSON.")
-    p.add_argument("--model", required=True, choices=("gpt", "kshape", "mlp"), help="example model")
+    p.add_argument("--model", required=True, choices=MODEL_NAMES, help="example model")
     p.add_argument("--placement", metavar="NAME", help="built-in placement to bind it to "
                    "(default: the model's own: gpt->mllm, kshape->kshape, mlp->vshape)")
     p.add_argument("--devices", type=positive_int, default=4, help="device count (default 4)")

@@ -19,12 +19,12 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from ..key import Key
 from ..placement import Placement
 from ..schedule import Schedule, ScheduleError
 from ..timing import DeadlockError, check_orders, orders_of
 from .dataflow import Dataflow, dataflow
 
-Key = tuple[str, int]
 COMPUTE_OPS = ("forward", "backward", "weight")
 LOOKAHEAD = 1
 TAG_LIMIT = 1 << 28  # data tags stay below; the executor's shape messages use tags above

@@ -20,9 +20,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from .. import bounds
+from ..key import Key
 from ..timing import earliest_starts, orders_from_starts
 from .modulo import Modulo
-from .problem import Key, Problem
+from .problem import Problem
 from .solver import Model, SolveResult
 
 log = logging.getLogger(__name__)

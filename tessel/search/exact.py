@@ -13,8 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from .. import graph
+from ..key import Key
 from .completion import add_tasks
-from .problem import Key, Problem
+from .problem import Problem
 from .solver import Model, Progress, SolveResult
 
 
@@ -56,21 +58,7 @@ def fifo_blocks(problem: Problem) -> list[str]:
 
 
 def _components(problem: Problem) -> list[list[str]]:
-    p, seen, parts = problem.units, set(), []
-    for b in problem.block_ids:
-        if b in seen:
-            continue
-        part, stack = [], [b]
-        seen.add(b)
-        while stack:
-            x = stack.pop()
-            part.append(x)
-            for y in p.preds[x] + p.succs[x]:
-                if y not in seen:
-                    seen.add(y)
-                    stack.append(y)
-        parts.append(sorted(part, key=problem.block_ids.index))
-    return parts
+    return graph.components(problem.block_ids, problem.units.edges)
 
 
 def _horizon(problem: Problem, n: int, hint: Mapping[Key, int] | None) -> int:

@@ -10,7 +10,7 @@ from bisect import bisect_left
 from collections.abc import Iterator, Mapping
 from itertools import accumulate
 
-from .problem import Key
+from ..key import Key
 
 
 def kernel_starts(starts: Mapping[Key, int], micro_batches: int, blocks: int, period: int,

@@ -15,7 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 
-from .problem import Key, Problem
+from ..key import Key
+from .problem import Problem
 
 Slot = tuple[str, int]  # (block, copy)
 

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import bounds
+from ..key import Key
+from ..numeric import rounded
 from ..placement import Number, Placement
 from ..schedule import EPS, Schedule, ScheduleError
 from .completion import compact, complete, makespan, plain_unroll
@@ -26,7 +28,7 @@ from .exact import solve_exact
 from .fast import constructions, fast_repetend
 from .kernel import kernel_starts
 from .modulo import Modulo, fits, steady_memory
-from .problem import Key, Problem, make_problem
+from .problem import Problem, make_problem
 from .repetend import find_repetend, modulo_of, solve_period
 from .solver import DEFAULT_WORKERS, Progress
 
@@ -230,9 +232,8 @@ def _best_baseline(run: Run, mod: Modulo, free: int, stall: float, own: Schedule
 
 
 def _shift(s: Schedule) -> int:
-    rep = s.repetend
-    inside = sum(1 for t in s.tasks if rep.start - EPS <= t.start < rep.end - EPS)
-    return max(1, inside // len(s.placement.blocks))
+    kernel = s.kernel()
+    return max(1, kernel.shift) if kernel else 1
 
 
 def _baselines(p: Problem, n: int) -> dict[str, Schedule]:
@@ -282,8 +283,7 @@ def _figures(run: Run, mod: Modulo, s: Schedule) -> dict[str, Any]:
 
 
 def _per_micro_batch(p: Problem, mod: Modulo) -> Number:
-    x = p.real(mod.period) / mod.copies
-    return int(round(x)) if abs(x - round(x)) < EPS else round(x, 6)
+    return rounded(p.real(mod.period) / mod.copies, 6)
 
 
 def _status(run: Run, s: Schedule) -> str:

@@ -15,11 +15,12 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 from functools import cached_property
 
-from .. import bounds
+from .. import bounds, graph
+from ..key import Key
+from ..numeric import fmt, snap
 from ..placement import Number, Placement
 from ..schedule import EPS, Repetend, Schedule, normalise_limit
 
-Key = tuple[str, int]
 # an exact grid keeps the busiest device's load under MAX_LOAD_UNITS units; an approximate one
 # (durations rounded up) uses about APPROX_LOAD_UNITS, i.e. 0.01% of the load per block
 MAX_LOAD_UNITS = 100_000
@@ -65,10 +66,7 @@ class Problem:
 
     @cached_property
     def ancestors(self) -> dict[str, frozenset[str]]:
-        anc: dict[str, frozenset[str]] = {}
-        for x in self.units.topo_order:
-            anc[x] = frozenset().union(*({a} | anc[a] for a in self.units.preds[x]))
-        return anc
+        return graph.ancestors(self.units.topo_order, self.units.preds)
 
     def memory_pairs(self, device: int) -> list[tuple[str, str, int]] | None:
         """The device's memory as holds (allocating block, releasing block, amount) of one
@@ -127,8 +125,7 @@ class Problem:
         return int(bounds.lower_bound(self.units, micro_batches))
 
     def real(self, units: int) -> Number:
-        x = units * self.resolution
-        return int(round(x)) if abs(x - round(x)) < EPS else x
+        return snap(units * self.resolution)
 
     def real_limit(self) -> tuple[Number, ...] | None:
         if self.limit is None:
@@ -209,9 +206,7 @@ def _unscale(x: int, scale: int) -> Number:
 def least_memory(units: Placement) -> list[int]:
     """Per device, the memory any schedule needs at least: a block's allocation on top of
     everything its ancestors allocated (and released) on that device before it can start."""
-    anc: dict[str, set[str]] = {}
-    for x in units.topo_order:
-        anc[x] = set().union(*({a} | anc[a] for a in units.preds[x])) if units.preds[x] else set()
+    anc = graph.ancestors(units.topo_order, units.preds)
     need = [0] * units.devices
     for b in units.blocks:
         if b.memory <= 0:
@@ -251,4 +246,4 @@ def memory_error(problem: Problem, need: Sequence[int], short: Sequence[int]) ->
 
 
 def _fmt(x: Number) -> str:
-    return f"{x:g}" if isinstance(x, float) else str(x)
+    return fmt(x, digits=6)

@@ -21,6 +21,7 @@ from fractions import Fraction
 from typing import Any
 
 from .. import bounds
+from ..numeric import fmt
 from .fast import constructions
 from .modulo import Modulo, fits
 from .problem import Problem
@@ -247,4 +248,4 @@ def _no_period(problem: Problem, run: _Search) -> ValueError:
 
 
 def _fmt_list(xs: Any) -> str:
-    return ",".join(f"{x:g}" for x in xs or ())
+    return fmt(list(xs or ()), digits=6)

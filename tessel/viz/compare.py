@@ -17,13 +17,18 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
+from ..methods import METHODS, SEARCH_MODES
 from .figure import image_format, save_figure
 
 Row = Mapping[str, Any]
-SEARCH_COLORS = {"tessel": "#4C78A8", "fast": "#72B7B2", "exact": "#54A24B"}
-# one colour per method in every chart; none close to the search modes' or the bound's
-BASELINE_COLORS = {"gpipe": "#9D755D", "1f1b": "#B279A2", "interleaved": "#EECA3B",
-                   "chimera": "#FF9DA6", "zb-h1": "#79706E", "greedy": "#BAB0AC"}
+# Colours go to the methods of the registry in its order (search modes first, then baselines),
+# so every chart gives a method the same colour and a new baseline gets the next one; blues and
+# greens for the search modes, none close to the bound's red.
+SEARCH_PALETTE = ("#4C78A8", "#72B7B2", "#54A24B")
+BASELINE_PALETTE = ("#9D755D", "#B279A2", "#EECA3B", "#FF9DA6", "#79706E", "#BAB0AC",
+                    "#F58518", "#E45756", "#8C6D31", "#637939")
+SEARCH_COLORS = dict(zip(SEARCH_MODES, SEARCH_PALETTE))
+BASELINE_COLORS = dict(zip([m for m in METHODS if m not in SEARCH_MODES], BASELINE_PALETTE))
 OTHER_COLOR = "#A0A0A0"
 BOUND_COLOR = "#D62728"
 

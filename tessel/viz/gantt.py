@@ -98,13 +98,13 @@ def phases(s: Schedule) -> Phases | None:
     rep = s.repetend
     if rep is None or rep.period <= 0:
         return None
-    kernel = [t for t in s.tasks if rep.start - EPS <= t.start < rep.end - EPS]
-    nblocks = len(s.placement.blocks)
+    kernel = s.kernel()
+    assert kernel is not None
     repeats = 1
-    if kernel and len(kernel) % nblocks == 0:
-        shift = len(kernel) // nblocks
+    if kernel.whole:
+        shift = kernel.shift
         while all(abs(s.start.get((t.block, t.micro_batch + repeats * shift), -1.0)
-                      - (t.start + repeats * rep.period)) < EPS for t in kernel):
+                      - (t.start + repeats * rep.period)) < EPS for t in kernel.tasks):
             repeats += 1
     return Phases(float(rep.start), float(rep.end + (repeats - 1) * rep.period), float(rep.period),
                   repeats)

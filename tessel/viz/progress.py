@@ -21,23 +21,19 @@ from rich.live import Live
 from rich.spinner import Spinner
 from rich.text import Text
 
+from ..numeric import fmt
+
 # shown in this order; any other key is appended as `key value`
 KNOWN_KEYS = ("phase", "period", "makespan", "bound", "status")
 
 
 def describe(state: Mapping[str, Any], elapsed: float) -> str:
     """The text of the line: `phase repetend  period 6  makespan 80  elapsed 1.2s`."""
-    parts = [f"{k} {_fmt(state[k])}" for k in KNOWN_KEYS if state.get(k) is not None]
-    parts += [f"{k} {_fmt(v)}" for k, v in state.items()
+    parts = [f"{k} {fmt(state[k])}" for k in KNOWN_KEYS if state.get(k) is not None]
+    parts += [f"{k} {fmt(v)}" for k, v in state.items()
               if k not in KNOWN_KEYS and k != "elapsed" and v is not None]
     parts.append(f"elapsed {elapsed:.1f}s")
     return "  ".join(parts)
-
-
-def _fmt(x: Any) -> str:
-    if isinstance(x, float):
-        return str(int(x)) if x.is_integer() else f"{x:.4g}"
-    return str(x)
 
 
 class ProgressLine:
