@@ -107,3 +107,11 @@ def test_a_failed_run_exits_1(capsys: pytest.CaptureFixture) -> None:
     assert main(["run", "--model", "mlp", "--schedule", "gpipe", "--timeout", "0.5"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("tessel: run failed: the job ran past its timeout of 0.5 s"), err
+
+
+def test_profile_on_an_unknown_device_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "p.json"
+    assert main(["profile", "--model", "mlp", "--device", "tpu", "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err == "tessel: error: --device must be cpu, cuda or cuda:N, got 'tpu'\n", err
+    assert not out.exists()
