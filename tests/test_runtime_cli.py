@@ -115,3 +115,14 @@ def test_profile_on_an_unknown_device_is_one_line(tmp_path: Path, capsys: pytest
     err = capsys.readouterr().err
     assert err == "tessel: error: --device must be cpu, cuda or cuda:N, got 'tpu'\n", err
     assert not out.exists()
+
+
+def test_a_gpipe_order_fails_a_tessel_check() -> None:
+    from tessel.runtime.program import lower
+    from tessel.runtime.train import order_errors
+    placement = library.build("vshape", 4)
+    gpipe, searched = run_method("gpipe", placement, 4), run_method("tessel", placement, 4)
+    ran = lower(gpipe).compute_orders()  # what an executor of the GPipe programs runs, rank by rank
+    assert all(order_errors(gpipe, r, ran[r]) == [] for r in range(4))
+    errors = [e for r in range(4) for e in order_errors(searched, r, ran[r])]
+    assert errors and all(re.match(r"rank \d: task \d+ ran [fb]\d#\d, the schedule has", e) for e in errors), errors
