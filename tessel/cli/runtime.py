@@ -74,8 +74,8 @@ def _run(args: argparse.Namespace) -> int:
         # a launcher killed outright leaves its ranks to notice the lost store: one line each, not
         # torch's C++ warnings with their stack frames
         os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
-        from ..runtime.launch import start_workers_early
-        start_workers_early()  # its imports overlap the schedule search
+        from ..runtime.forkserver import start_early
+        start_early()  # its imports (torch) overlap ours and the schedule search
     schedule = _schedule(args)
     _bind(args, schedule)
     if args.programs:

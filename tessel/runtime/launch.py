@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 import multiprocessing as mp
 import multiprocessing.connection
-import multiprocessing.forkserver
 import os
 import secrets
 import signal
@@ -33,23 +32,11 @@ from typing import Any
 import torch
 from torch._C._distributed_c10d import PrefixStore, TCPStore
 
-from . import comm, wire
+from . import comm, forkserver, wire
 
 log = logging.getLogger(__name__)
 
 GRACE_SECONDS = 5.0
-
-
-# what every worker imports, loaded once in the fork server: torch.autograd.backward with given
-# gradients imports torch.fx's symbolic shapes (sympy), seconds per process when left to each rank
-PRELOAD = [__name__, "tessel.runtime.executor", "tessel.runtime.train", "tessel.runtime.models",
-           "torch.fx.experimental.symbolic_shapes"]
-
-
-def start_workers_early() -> None:
-    """Start the fork server and its imports now, in parallel with whatever the caller does next."""
-    mp.get_context("forkserver").set_forkserver_preload(PRELOAD)
-    multiprocessing.forkserver.ensure_running()
 
 
 class LaunchError(RuntimeError):
@@ -82,8 +69,7 @@ def launch(fn: Callable[..., Any], nprocs: int, args: Sequence[Any] = (), option
                    options.replicas)
     store = comm.Context(0, nprocs, torch.device("cpu"), PrefixStore(job.prefix, server),
                          timedelta(seconds=options.pg_timeout), bytes.fromhex(job.key))
-    ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(PRELOAD)
+    ctx = forkserver.context()
     procs = [ctx.Process(target=_worker, args=(r, nprocs, job, fn, tuple(args), options),
                          name=f"tessel-rank-{r}", daemon=True) for r in range(nprocs)]
     try:
