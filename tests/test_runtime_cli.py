@@ -47,6 +47,8 @@ def test_run_a_schedule_file(tmp_path: Path, capsys: pytest.CaptureFixture) -> N
     assert all(abs(float(m) - 4) <= 1.5 for m in measured.split(",")), memory
     assert main(["run", "--model", "mlp", "--schedule", str(path), "--placement", "vshape"]) == 2
     assert "do not give --placement too" in capsys.readouterr().err
+    assert main(["run", "--model", "mlp", "--schedule", str(path), "--devices", "2"]) == 2
+    assert capsys.readouterr().err == "tessel: error: --schedule FILE has 4 devices, not --devices 2\n"
 
 
 def test_programs_are_printed_without_running(capsys: pytest.CaptureFixture) -> None:

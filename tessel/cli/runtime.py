@@ -43,8 +43,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                         "mlp blocks on any placement")
     p.add_argument("--placement", metavar="NAME|FILE",
                    help="placement (default: the model's own: gpt->mllm, kshape->kshape, mlp->vshape)")
-    p.add_argument("--devices", type=positive_int, default=4,
-                   help="pipeline devices = processes per replica (default 4)")
+    p.add_argument("--devices", type=positive_int,
+                   help="pipeline devices = processes per replica (default 4, or the file's)")
     p.add_argument("--data-parallel", type=positive_int, default=1, metavar="D",
                    help="data-parallel replicas of the pipeline; processes = devices x D, gradients "
                         "averaged across replicas (default 1)")
@@ -142,14 +142,21 @@ def _schedule(args: argparse.Namespace) -> Schedule:
         if args.placement:
             raise UsageError("--schedule FILE holds its placement: do not give --placement too")
         s = Schedule.load(ref, check=True)
+        _same_devices(args, s.placement, "--schedule FILE")
         if args.micro_batches and args.micro_batches != s.micro_batches:
             s = s.unroll(args.micro_batches)
         return s
     args.placement = args.placement or MODELS[args.model].placement
+    given, args.devices = args.devices, args.devices or 4
     placement: Placement = resolve_placement(args)
-    if placement.devices != args.devices and not os.path.exists(args.placement):
-        raise UsageError(f"placement {placement.name} has {placement.devices} devices, not {args.devices}")
+    args.devices = given
+    _same_devices(args, placement, f"placement {placement.name}")
     return run_method(ref, placement, args.micro_batches or 8, args.memory)
+
+
+def _same_devices(args: argparse.Namespace, placement: Placement, what: str) -> None:
+    if args.devices is not None and args.devices != placement.devices:
+        raise UsageError(f"{what} has {placement.devices} devices, not --devices {args.devices}")
 
 
 def _is_file(ref: str) -> bool:
