@@ -257,10 +257,13 @@ def _memory_line(reports: Sequence[Any], schedule: Schedule) -> str:
     mib = ",".join(f"{p / 2**20:.3g}" for p in peaks)
     if unit is None:
         return f"peak activation memory per rank: {mib} MiB measured (no block declares memory to compare)"
-    return (f"peak activation memory per rank, in the placement's units (1 unit = {unit / 2**10:.4g} KiB: "
+    line = (f"peak activation memory per rank, in the placement's units (1 unit = {unit / 2**10:.4g} KiB: "
             f"the median over forward blocks of kept bytes per declared unit): declared "
             f"{fmt(list(schedule.peak_memory))}; measured {','.join(f'{p / unit:.3g}' for p in peaks)} "
             f"({mib} MiB)")
+    off = [f"{b} declares {fmt(m)}, keeps {measured.get(b, 0) / unit:.2g}" for b, m in declared.items()
+           if abs(measured.get(b, 0) / unit - m) > 0.1 * max(m, 1)]
+    return line + ("\nblocks keeping other than they declare (units, per device): " + "; ".join(off) if off else "")
 
 
 def _verdict(reports: Sequence[Any]) -> int:
