@@ -16,7 +16,7 @@ from tessel.methods import run_method
 from tessel.runtime.train import RankReport, StepReport
 
 
-def test_run_with_check(capsys: pytest.CaptureFixture) -> None:
+def test_run_with_check(capsys: pytest.CaptureFixture[str]) -> None:
     rc = main(["run", "--model", "kshape", "--schedule", "tessel", "--micro-batches", "4", "--steps", "2",
                "--check"])
     out = capsys.readouterr().out
@@ -30,7 +30,7 @@ def test_run_with_check(capsys: pytest.CaptureFixture) -> None:
     assert out.rstrip().endswith("every rank ran the schedule's order")
 
 
-def test_run_a_schedule_file(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_run_a_schedule_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "s.json"
     run_method("gpipe", library.build("vshape", 4), 4).save(path)
     assert main(["run", "--model", "mlp", "--schedule", str(path), "--steps", "1"]) == 0
@@ -51,7 +51,7 @@ def test_run_a_schedule_file(tmp_path: Path, capsys: pytest.CaptureFixture) -> N
     assert capsys.readouterr().err == "tessel: error: --schedule FILE has 4 devices, not --devices 2\n"
 
 
-def test_programs_are_printed_without_running(capsys: pytest.CaptureFixture) -> None:
+def test_programs_are_printed_without_running(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run", "--model", "gpt", "--placement", "mshape", "--micro-batches", "2", "--programs"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("programs of mshape-4: 2 micro-batches, 4 ranks")
@@ -64,7 +64,7 @@ def test_programs_are_printed_without_running(capsys: pytest.CaptureFixture) -> 
     (["--model", "mlp", "--placement", "vshape", "--devices", "3", "--schedule", "interleaved"],
      "interleaved"),
 ])
-def test_bad_input_is_one_line_and_exit_2(argv: list[str], message: str, capsys: pytest.CaptureFixture) -> None:
+def test_bad_input_is_one_line_and_exit_2(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run", *argv]) == 2
     err = capsys.readouterr().err
     assert err.startswith("tessel: error: ") and message in err and err.count("\n") == 1, err
@@ -76,7 +76,7 @@ def test_model_names_without_torch_match_the_models() -> None:
     assert MODEL_NAMES == tuple(MODELS)
 
 
-def test_verdict_fails_on_a_mismatch(capsys: pytest.CaptureFixture) -> None:
+def test_verdict_fails_on_a_mismatch(capsys: pytest.CaptureFixture[str]) -> None:
     good = StepReport({"f1": 2.0}, 0.1, 1, {"f1": 2.0}, 1e-7, 3)
     bad = StepReport({}, 0.1, 1, {"f1": 2.0}, 1e-3, 3)  # a 0.1% gradient error
     off = StepReport({"f1": 2.002}, 0.1, 1, {"f1": 2.0}, 0.0, 3)  # a 0.1% loss error
@@ -100,18 +100,18 @@ def test_under_torchrun() -> None:
     assert r.stdout.count("check: loss and 14 parameter gradients per step match") == 1  # rank 0 prints
 
 
-def test_n_is_micro_batches(capsys: pytest.CaptureFixture) -> None:
+def test_n_is_micro_batches(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run", "--model", "gpt", "--placement", "mshape", "-n", "2", "--programs"]) == 0
     assert capsys.readouterr().out.startswith("programs of mshape-4: 2 micro-batches")
 
 
-def test_a_failed_run_exits_1(capsys: pytest.CaptureFixture) -> None:
+def test_a_failed_run_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run", "--model", "mlp", "--schedule", "gpipe", "--timeout", "0.5"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("tessel: run failed: the job ran past its timeout of 0.5 s"), err
 
 
-def test_profile_on_an_unknown_device_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_profile_on_an_unknown_device_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "p.json"
     assert main(["profile", "--model", "mlp", "--device", "tpu", "-o", str(out)]) == 2
     err = capsys.readouterr().err

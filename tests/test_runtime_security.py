@@ -88,7 +88,7 @@ def test_store_values_without_the_job_signature_are_ignored() -> None:
                        td, key)
     attacker = TCPStore("127.0.0.1", port, timeout=td)
     attacker.set(f"{prefix}/{comm.ABORT_KEY}", "launcher|stop everything")
-    attacker.set(f"{prefix}/result/0", pickle.dumps(RankReport(0, (), ())))
+    attacker.set(f"{prefix}/result/0", pickle.dumps(RankReport(0, (), ())))  # type: ignore[arg-type]
     assert ctx.store.check([comm.ABORT_KEY, "result/0"])  # the attacker wrote where the job reads
     assert ctx.aborted() is None and ctx.read("result/0") is None
     ctx.abort("0|a real failure")  # the forged note does not block the real one

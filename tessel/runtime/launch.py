@@ -62,6 +62,8 @@ def launch(fn: Callable[..., Any], nprocs: int, args: Sequence[Any] = (), option
     """
     if nprocs < 1:
         raise ValueError(f"cannot launch {nprocs} processes")
+    if options.replicas < 1 or nprocs % options.replicas:
+        raise ValueError(f"{nprocs} processes do not split into {options.replicas} data-parallel replicas")
     if not options.timeout > 0 or not options.pg_timeout > 0:
         raise ValueError(f"timeouts must be > 0 s, got {options.timeout:g} and {options.pg_timeout:g}")
     server, port = serve_store(options.host, options.pg_timeout)
