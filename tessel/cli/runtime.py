@@ -68,6 +68,18 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def _run(args: argparse.Namespace) -> int:
+    try:
+        with _terminate_raises():
+            return _run_or_launch(args)
+    except _Terminated:
+        print("tessel: interrupted", file=sys.stderr)
+        return 143
+    except KeyboardInterrupt:
+        print("tessel: interrupted", file=sys.stderr)
+        return 130
+
+
+def _run_or_launch(args: argparse.Namespace) -> int:
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ and not args.programs:
         return _as_torchrun_rank(args)
     if not args.programs:
@@ -89,17 +101,10 @@ def _run(args: argparse.Namespace) -> int:
           f"{schedule.micro_batches} micro-batches of {args.micro_batch_size}, "
           f"{schedule.placement.devices} processes{replicas}", flush=True)
     try:
-        with _terminate_raises():
-            reports = train(_job(args, schedule), Options(timeout=args.timeout))
+        reports = train(_job(args, schedule), Options(timeout=args.timeout))
     except LaunchError as e:
         print(f"tessel: run failed: {e}", file=sys.stderr)
         return 1
-    except _Terminated:
-        print("tessel: interrupted", file=sys.stderr)
-        return 143
-    except KeyboardInterrupt:
-        print("tessel: interrupted", file=sys.stderr)
-        return 130
     return _report(reports, args.check, schedule)
 
 
