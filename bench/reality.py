@@ -97,7 +97,7 @@ def _in_job_profiles(ctx: Any, ex: Any, mbs: int) -> tuple[dict[str, float], dic
 
 def _probe(ex: Any, mbs: int) -> Callable[[], None]:
     """Forward and backward of the model's heaviest one-device block on one micro-batch."""
-    batch, out = ex.batch(mbs), {}
+    batch, out = ex.batch(mbs), dict[str, Any]()
     with torch.no_grad():
         for b in ex.flow.forwards:
             out[b] = ex.whole(b)(*_args(ex, b, out, batch))
@@ -112,7 +112,7 @@ def _probe(ex: Any, mbs: int) -> Callable[[], None]:
     return run
 
 
-def _args(ex: Any, b: str, out: dict, batch: Any) -> list:
+def _args(ex: Any, b: str, out: dict[str, Any], batch: Any) -> list[Any]:
     return [out[x] for x, _ in ex.flow.in_edges[b]] + [batch[f] for f in ex.feeds[b]]
 
 
@@ -131,10 +131,10 @@ def _cores_now(ctx: Any, probe: Callable[[], None], reps: int = 3) -> float:
     sums = torch.tensor([alone, timed() / ctx.world])
     dist.all_reduce(sums)
     most = float(min(ctx.world, os.cpu_count() or ctx.world))
-    return min(most, ctx.world * float(sums[0]) / float(sums[1]))
+    return float(min(most, ctx.world * float(sums[0]) / float(sums[1])))
 
 
-def worker(ctx: Any, case: str, docs: dict[str, dict], steps: int, message_bytes: int) -> dict:
+def worker(ctx: Any, case: str, docs: dict[str, dict[str, Any]], steps: int, message_bytes: int) -> dict[str, Any]:
     """Calibrate, then run the schedules in turn step by step (machine noise hits them alike)."""
     model, _, cfg, mbs = CASES[case]
     torch.manual_seed(0)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -15,31 +16,42 @@ from tessel.methods import run_method
 from tessel.runtime.train import RankReport, StepReport
 
 
-def test_run_with_check(capsys: pytest.CaptureFixture) -> None:
+def test_run_with_check(capsys: pytest.CaptureFixture[str]) -> None:
     rc = main(["run", "--model", "kshape", "--schedule", "tessel", "--micro-batches", "4", "--steps", "2",
                "--check"])
     out = capsys.readouterr().out
     assert rc == 0, out
     lines = out.splitlines()
     assert lines[0] == "kshape on kshape-4 with tessel: 4 micro-batches of 2, 4 processes"
-    assert lines[1].split() == ["step", "loss", "seconds", "reference", "loss", "max", "grad", "diff"]
+    assert lines[1].split() == ["step", "loss", "seconds", "reference", "loss", "max", "grad", "error"]
     assert [line.split()[0] for line in lines[2:4]] == ["1", "2"]
     assert lines[2].split()[1] == lines[2].split()[3]  # loss == reference loss, 6 decimals
     assert out.rstrip().splitlines()[-1].startswith("check: loss and ")
+    assert out.rstrip().endswith("every rank ran the schedule's order")
 
 
-def test_run_a_schedule_file(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_run_a_schedule_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "s.json"
     run_method("gpipe", library.build("vshape", 4), 4).save(path)
     assert main(["run", "--model", "mlp", "--schedule", str(path), "--steps", "1"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("mlp on vshape-4 with gpipe: 4 micro-batches of 2, 4 processes")
     assert "most forward graphs alive per rank: 4,4,4,4" in out  # GPipe keeps every micro-batch
+    memory = next(line for line in out.splitlines() if line.startswith("peak activation memory per rank"))
+    found = re.search(r"declared ([\d.,]+); measured ([\d.,]+) ", memory)
+    assert found, memory
+    declared, measured = found.groups()
+    assert declared == "4,4,4,4"
+    # the same unit and rank order: each rank's measured peak near its declared 4 units (mlp blocks
+    # differ in what they keep: the first reads features, the last keeps its classifier too)
+    assert all(abs(float(m) - 4) <= 1.5 for m in measured.split(",")), memory
     assert main(["run", "--model", "mlp", "--schedule", str(path), "--placement", "vshape"]) == 2
     assert "do not give --placement too" in capsys.readouterr().err
+    assert main(["run", "--model", "mlp", "--schedule", str(path), "--devices", "2"]) == 2
+    assert capsys.readouterr().err == "tessel: error: --schedule FILE has 4 devices, not --devices 2\n"
 
 
-def test_programs_are_printed_without_running(capsys: pytest.CaptureFixture) -> None:
+def test_programs_are_printed_without_running(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run", "--model", "gpt", "--placement", "mshape", "--micro-batches", "2", "--programs"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("programs of mshape-4: 2 micro-batches, 4 ranks")
@@ -52,7 +64,7 @@ def test_programs_are_printed_without_running(capsys: pytest.CaptureFixture) -> 
     (["--model", "mlp", "--placement", "vshape", "--devices", "3", "--schedule", "interleaved"],
      "interleaved"),
 ])
-def test_bad_input_is_one_line_and_exit_2(argv: list[str], message: str, capsys: pytest.CaptureFixture) -> None:
+def test_bad_input_is_one_line_and_exit_2(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run", *argv]) == 2
     err = capsys.readouterr().err
     assert err.startswith("tessel: error: ") and message in err and err.count("\n") == 1, err
@@ -64,12 +76,18 @@ def test_model_names_without_torch_match_the_models() -> None:
     assert MODEL_NAMES == tuple(MODELS)
 
 
-def test_verdict_fails_on_a_mismatch(capsys: pytest.CaptureFixture) -> None:
+def test_verdict_fails_on_a_mismatch(capsys: pytest.CaptureFixture[str]) -> None:
     good = StepReport({"f1": 2.0}, 0.1, 1, {"f1": 2.0}, 1e-7, 3)
-    bad = StepReport({}, 0.1, 1, {"f1": 2.0}, 3e-4, 3)
+    bad = StepReport({}, 0.1, 1, {"f1": 2.0}, 1e-3, 3)  # a 0.1% gradient error
+    off = StepReport({"f1": 2.002}, 0.1, 1, {"f1": 2.0}, 0.0, 3)  # a 0.1% loss error
     assert _verdict([RankReport(0, ("f0",), (good,))]) == 0
     assert _verdict([RankReport(0, ("f0",), (good,)), RankReport(1, ("f1",), (bad,))]) == 1
-    assert "check FAILED: max diff 0 in the loss, 0.0003 in a gradient" in capsys.readouterr().err
+    assert "check FAILED: max relative error 0 in the loss, 0.001 in a gradient" in capsys.readouterr().err
+    assert _verdict([RankReport(0, ("f1",), (off,))]) == 1
+    assert "0.001 in the loss" in capsys.readouterr().err
+    wrong = RankReport(0, ("f0",), (good,), order_errors=("rank 0: task 1 ran f0#1, the schedule has b0#0",))
+    assert _verdict([wrong]) == 1
+    assert "check FAILED: rank 0: task 1 ran f0#1" in capsys.readouterr().err
 
 
 def test_under_torchrun() -> None:
@@ -82,7 +100,31 @@ def test_under_torchrun() -> None:
     assert r.stdout.count("check: loss and 14 parameter gradients per step match") == 1  # rank 0 prints
 
 
-def test_a_failed_run_exits_1(capsys: pytest.CaptureFixture) -> None:
+def test_n_is_micro_batches(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "--model", "gpt", "--placement", "mshape", "-n", "2", "--programs"]) == 0
+    assert capsys.readouterr().out.startswith("programs of mshape-4: 2 micro-batches")
+
+
+def test_a_failed_run_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run", "--model", "mlp", "--schedule", "gpipe", "--timeout", "0.5"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("tessel: run failed: the job ran past its timeout of 0.5 s"), err
+
+
+def test_profile_on_an_unknown_device_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "p.json"
+    assert main(["profile", "--model", "mlp", "--device", "tpu", "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err == "tessel: error: --device must be cpu, cuda or cuda:N, got 'tpu'\n", err
+    assert not out.exists()
+
+
+def test_a_gpipe_order_fails_a_tessel_check() -> None:
+    from tessel.runtime.program import lower
+    from tessel.runtime.train import order_errors
+    placement = library.build("vshape", 4)
+    gpipe, searched = run_method("gpipe", placement, 4), run_method("tessel", placement, 4)
+    ran = lower(gpipe).compute_orders()  # what an executor of the GPipe programs runs, rank by rank
+    assert all(order_errors(gpipe, r, ran[r]) == [] for r in range(4))
+    errors = [e for r in range(4) for e in order_errors(searched, r, ran[r])]
+    assert errors and all(re.match(r"rank \d: task \d+ ran [fb]\d#\d, the schedule has", e) for e in errors), errors

@@ -33,11 +33,12 @@ class Failing(torch.nn.Module):
         return self.inner(*args)
 
 
-def _train_once(ctx: Any, model: str, doc: dict, fail: tuple[str, int, int] | None, bad_field: str | None) -> str:
+def _train_once(ctx: Any, model: str, doc: dict[str, Any], fail: tuple[str, int, int] | None,
+                bad_field: str | None) -> str:
     s = schedule_from_dict(doc)
     ex = example(model, s.placement)
     make_groups(ctx, [b.devices for b in s.placement.blocks])
-    blocks = {b: ex.build(b, ctx.group(ex.flow.devices(b)) if len(ex.flow.devices(b)) > 1 else None)
+    blocks: dict[str, torch.nn.Module] = {b: ex.build(b, ctx.group(ex.flow.devices(b)) if len(ex.flow.devices(b)) > 1 else None)
               for b in ex.flow.forwards if ctx.rank in ex.flow.devices(b)}
     if fail is not None and ctx.rank == fail[2]:
         blocks[fail[0]] = Failing(blocks[fail[0]], fail[1])
@@ -57,7 +58,7 @@ def _sleeper(ctx: Any, seconds: float, recv_from: int | None) -> str:
     return "finished"
 
 
-def _failure(fn: Any, args: tuple, options: Options) -> tuple[str, float]:
+def _failure(fn: Any, args: tuple[Any, ...], options: Options) -> tuple[str, float]:
     t0 = time.monotonic()
     with pytest.raises(LaunchError) as e:
         launch(fn, 4, args, options)

@@ -2,114 +2,233 @@
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
+import math
 import os
+import signal
 import statistics
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from types import FrameType
 from typing import Any
 
 from ..placement import Placement
-from ..schedule import Schedule
+from ..schedule import Schedule, schedule_from_dict
 from .common import UsageError, add_memory_arg, fmt, positive_int, print_table, resolve_placement
 
-TOLERANCE = 1e-5
+TOLERANCE = 1e-4  # relative error per tensor: |x - ref|max / |ref|max
 MODEL_NAMES = ("gpt", "kshape", "mlp")  # tessel.runtime.models.MODELS, without importing torch here
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def positive_seconds(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not (math.isfinite(v) and v > 0):
+        raise argparse.ArgumentTypeError(f"expected a finite number of seconds > 0, got {text!r}")
+    return v
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("run", help="train an example model with a schedule on torch.distributed",
                        description="Lower a schedule into per-rank programs and train an example model "
-                                   "with them: one process per device (gloo on CPU, NCCL with CUDA). "
-                                   "Under torchrun, each process runs its rank instead of launching.")
+                                   "with them: one process per device and replica (gloo on CPU, NCCL with "
+                                   "CUDA). Under torchrun, each process runs its rank instead of launching; "
+                                   "rank 0 searches the schedule and sends it to the others.")
     p.add_argument("--model", required=True, choices=MODEL_NAMES,
                    help="example model (tessel.runtime.models): gpt decoder, kshape two-branch encoder, "
                         "mlp blocks on any placement")
     p.add_argument("--placement", metavar="NAME|FILE",
                    help="placement (default: the model's own: gpt->mllm, kshape->kshape, mlp->vshape)")
-    p.add_argument("--devices", type=positive_int, default=4, help="device count = processes (default 4)")
+    p.add_argument("--devices", type=positive_int,
+                   help="pipeline devices = processes per replica (default 4, or the file's)")
+    p.add_argument("--data-parallel", type=positive_int, default=1, metavar="D",
+                   help="data-parallel replicas of the pipeline; processes = devices x D, gradients "
+                        "averaged across replicas (default 1)")
     p.add_argument("--infer", action="store_true", help="forward only (the placement's inference form)")
     p.add_argument("--schedule", default="tessel", metavar="METHOD|FILE",
                    help="a method (tessel, 1f1b, gpipe, greedy, ...) or a schedule JSON (default tessel)")
-    p.add_argument("--micro-batches", type=positive_int, metavar="N", help="micro-batches (default 8, or the file's)")
+    p.add_argument("-n", "--micro-batches", type=positive_int, metavar="N",
+                   help="micro-batches (default 8, or the file's)")
     add_memory_arg(p)
     p.add_argument("--micro-batch-size", type=positive_int, default=2, help="samples per micro-batch (default 2)")
     p.add_argument("--steps", type=positive_int, default=3, help="training steps (default 3)")
     p.add_argument("--lr", type=float, default=0.05, help="SGD learning rate (default 0.05)")
     p.add_argument("--seed", type=int, default=0, help="weights and data seed (default 0)")
     p.add_argument("--check", action="store_true",
-                   help=f"compare loss and every gradient with a single-process run (|diff| <= {TOLERANCE:g})")
+                   help="compare loss and every gradient with a single-process run (relative error per "
+                        f"tensor <= {TOLERANCE:g}) and each rank's executed order with the schedule's")
     p.add_argument("--programs", action="store_true", help="print the per-rank programs and exit")
-    p.add_argument("--timeout", type=float, default=300.0, help="seconds for the whole job (default 300)")
+    p.add_argument("--timeout", type=positive_seconds, default=300.0,
+                   help="seconds for the whole job (default 300)")
     p.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ..runtime.models import example
-    from ..runtime.program import lower
+    try:
+        with _terminate_raises():
+            return _run_or_launch(args)
+    except _Terminated:
+        print("tessel: interrupted", file=sys.stderr)
+        return 143
+    except KeyboardInterrupt:
+        print("tessel: interrupted", file=sys.stderr)
+        return 130
+
+
+def _run_or_launch(args: argparse.Namespace) -> int:
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ and not args.programs:
+        return _as_torchrun_rank(args)
+    if not args.programs:
+        # a launcher killed outright leaves its ranks to notice the lost store: one line each, not
+        # torch's C++ warnings with their stack frames
+        os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+        from ..runtime.forkserver import start_early
+        start_early()  # its imports (torch) overlap ours and the schedule search
     schedule = _schedule(args)
-    example(args.model, schedule.placement)  # a placement the model cannot use fails here, before launching
+    _bind(args, schedule)
     if args.programs:
+        from ..runtime.program import lower
         print(lower(schedule))
         return 0
+    from ..runtime.launch import LaunchError, Options
+    from ..runtime.train import train
+    replicas = f" x {args.data_parallel} replicas" if args.data_parallel > 1 else ""
+    print(f"{args.model} on {schedule.placement.name} with {schedule.meta.get('method', 'a schedule')}: "
+          f"{schedule.micro_batches} micro-batches of {args.micro_batch_size}, "
+          f"{schedule.placement.devices} processes{replicas}", flush=True)
+    try:
+        reports = train(_job(args, schedule), Options(timeout=args.timeout))
+    except LaunchError as e:
+        print(f"tessel: run failed: {e}", file=sys.stderr)
+        return 1
+    return _report(reports, args.check, schedule)
+
+
+class _Terminated(Exception):
+    """SIGTERM, turned into an exception so that the launcher's clean-up (killing its ranks) runs."""
+
+
+@contextmanager
+def _terminate_raises() -> Iterator[None]:
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise _Terminated()
+    try:
+        old = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+def _bind(args: argparse.Namespace, schedule: Schedule) -> None:
+    """A placement the model cannot use fails here, before launching."""
+    from ..runtime.models import example
+    example(args.model, schedule.placement)
+
+
+def _job(args: argparse.Namespace, schedule: Schedule) -> Any:
     from ..runtime.train import TrainJob
-    job = TrainJob.of(args.model, schedule, steps=args.steps, micro_batch_size=args.micro_batch_size,
-                      lr=args.lr, seed=args.seed, check=args.check)
-    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
-        reports = _as_torchrun_rank(job, args)
-        if reports is None:
-            return 0
-    else:
-        from ..runtime.launch import LaunchError, Options
-        from ..runtime.train import train
-        print(f"{args.model} on {schedule.placement.name} with {schedule.meta.get('method', 'a schedule')}: "
-              f"{schedule.micro_batches} micro-batches of {args.micro_batch_size}, "
-              f"{schedule.placement.devices} processes", flush=True)
-        try:
-            reports = train(job, Options(timeout=args.timeout))
-        except LaunchError as e:
-            print(f"tessel: run failed: {e}", file=sys.stderr)
-            return 1
-    return _report(reports, args.check)
+    return TrainJob.of(args.model, schedule, steps=args.steps, micro_batch_size=args.micro_batch_size,
+                       lr=args.lr, seed=args.seed, check=args.check, replicas=args.data_parallel)
 
 
 def _schedule(args: argparse.Namespace) -> Schedule:
-    from ..methods import METHODS, run_method
+    from ..methods import run_method
     from ..runtime.models import MODELS
     ref = args.schedule
-    if ref not in METHODS and (os.path.isfile(ref) or ref.endswith(".json")):
+    if _is_file(ref):
         if args.placement:
             raise UsageError("--schedule FILE holds its placement: do not give --placement too")
         s = Schedule.load(ref, check=True)
+        _same_devices(args, s.placement, "--schedule FILE")
         if args.micro_batches and args.micro_batches != s.micro_batches:
             s = s.unroll(args.micro_batches)
         return s
     args.placement = args.placement or MODELS[args.model].placement
+    given, args.devices = args.devices, args.devices or 4
     placement: Placement = resolve_placement(args)
-    if placement.devices != args.devices and not os.path.exists(args.placement):
-        raise UsageError(f"placement {placement.name} has {placement.devices} devices, not {args.devices}")
+    args.devices = given
+    _same_devices(args, placement, f"placement {placement.name}")
     return run_method(ref, placement, args.micro_batches or 8, args.memory)
 
 
-def _as_torchrun_rank(job: Any, args: argparse.Namespace) -> list[Any] | None:
-    """One rank of a torchrun job: rank 0 gets every rank's report, the others None."""
+def _same_devices(args: argparse.Namespace, placement: Placement, what: str) -> None:
+    if args.devices is not None and args.devices != placement.devices:
+        raise UsageError(f"{what} has {placement.devices} devices, not --devices {args.devices}")
+
+
+def _is_file(ref: str) -> bool:
+    from ..methods import METHODS
+    return ref not in METHODS and (os.path.isfile(ref) or ref.endswith(".json"))
+
+
+# ---- torchrun ------------------------------------------------------------------------------------
+def _as_torchrun_rank(args: argparse.Namespace) -> int:
+    """One rank of a torchrun job. A method is searched once (global rank 0) and sent to every rank;
+    a file is read by each rank; either way every rank checks that all hold the same schedule."""
     import torch
-    import torch.distributed as dist
 
     from ..runtime import comm
     from ..runtime.train import run_job
     torch.set_num_threads(1)
-    ctx = comm.init(timeout=args.timeout)
-    if ctx.world != job.schedule["placement"]["devices"]:
-        raise UsageError(f"torchrun started {ctx.world} processes for a placement of "
-                         f"{job.schedule['placement']['devices']} devices")
-    report = run_job(ctx, job)
-    reports: list[Any] = [None] * ctx.world
-    dist.all_gather_object(reports, report)
-    comm.shutdown(ctx)
-    return reports if ctx.rank == 0 else None
+    ctx = comm.init(timeout=args.timeout, replicas=args.data_parallel)
+    try:
+        schedule = _agreed_schedule(ctx, args)
+        if ctx.world != schedule.placement.devices:
+            raise UsageError(f"torchrun started {ctx.world * ctx.replicas} processes: {ctx.world} per replica "
+                             f"for a placement of {schedule.placement.devices} devices")
+        report = run_job(ctx, _job(args, schedule))
+        reports = _gather(ctx, report)
+    finally:
+        comm.shutdown(ctx)
+    if ctx.global_rank != 0:
+        return 0
+    return _report(reports, args.check, schedule)
 
 
-def _report(reports: Sequence[Any], check: bool) -> int:
+def _agreed_schedule(ctx: Any, args: argparse.Namespace) -> Schedule:
+    from ..runtime import comm
+    if _is_file(args.schedule):
+        doc = _canonical(_schedule(args))
+    else:
+        outcome = None
+        if ctx.global_rank == 0:
+            try:
+                s = _schedule(args)
+                _bind(args, s)
+                outcome = json.dumps({"schedule": json.loads(_canonical(s))})
+            except (UsageError, ValueError) as e:
+                outcome = json.dumps({"error": str(e)})
+        shared = json.loads(comm.share(ctx, outcome.encode() if outcome is not None else None))
+        if "error" in shared:
+            raise UsageError(shared["error"])
+        doc = json.dumps(shared["schedule"], sort_keys=True)
+    digest = hashlib.sha256(doc.encode()).digest()
+    if not comm.same_everywhere(ctx, digest):
+        raise UsageError(f"rank {ctx.global_rank}: the ranks hold different schedules (sha256 of this rank's: "
+                         f"{digest.hex()[:16]}); give every node the same schedule file")
+    return schedule_from_dict(json.loads(doc), "the shared schedule", check=True)
+
+
+def _canonical(s: Schedule) -> str:
+    return json.dumps(s.to_dict(), sort_keys=True)
+
+
+def _gather(ctx: Any, report: Any) -> list[Any]:
+    """Every pipeline rank's report, as JSON through tensors (never pickled)."""
+    from ..runtime import comm, wire
+    return [wire.decode(x.decode()) for x in comm.gather_bytes(ctx, wire.encode(report).encode())]
+
+
+# ---- report --------------------------------------------------------------------------------------
+def _report(reports: Sequence[Any], check: bool, schedule: Schedule | None = None) -> int:
     steps = len(reports[0].steps)
     rows = []
     for i in range(steps):
@@ -120,12 +239,36 @@ def _report(reports: Sequence[Any], check: bool) -> int:
             ref = sum(per_rank[0].reference_losses.values())
             row += [f"{ref:.6f}", fmt(max(s.grad_diff for s in per_rank))]
         rows.append(row)
-    headers = ["step", "loss", "seconds"] + (["reference loss", "max grad diff"] if check else [])
+    headers = ["step", "loss", "seconds"] + (["reference loss", "max grad error"] if check else [])
     print_table(headers, rows)
     times = [max(r.steps[i].seconds for r in reports) for i in range(steps)]
     print(f"median step: {statistics.median(times):.4f} s; most forward graphs alive per rank: "
           f"{fmt([max(s.peak_graphs for s in r.steps) for r in reports])}")
+    if schedule is not None:
+        print(_memory_line(reports, schedule))
     return _verdict(reports) if check else 0
+
+
+def _memory_line(reports: Sequence[Any], schedule: Schedule) -> str:
+    """Measured peak activation memory per rank next to the schedule's declared peak, same unit."""
+    from ..runtime.memory import unit_bytes
+    measured: dict[str, float] = {}
+    for r in reports:
+        for b, n in r.block_bytes.items():
+            measured[b] = max(measured.get(b, 0), n)
+    declared = {b.id: float(b.memory) for b in schedule.placement.blocks if b.kind == "forward"}
+    unit = unit_bytes(measured, declared)
+    peaks = [max(s.peak_bytes for s in r.steps) for r in reports]
+    mib = ",".join(f"{p / 2**20:.3g}" for p in peaks)
+    if unit is None:
+        return f"peak activation memory per rank: {mib} MiB measured (no block declares memory to compare)"
+    line = (f"peak activation memory per rank, in the placement's units (1 unit = {unit / 2**10:.4g} KiB: "
+            f"the median over forward blocks of kept bytes per declared unit): declared "
+            f"{fmt(list(schedule.peak_memory))}; measured {','.join(f'{p / unit:.3g}' for p in peaks)} "
+            f"({mib} MiB)")
+    off = [f"{b} declares {fmt(m)}, keeps {measured.get(b, 0) / unit:.2g}" for b, m in declared.items()
+           if abs(measured.get(b, 0) / unit - m) > 0.1 * max(m, 1)]
+    return line + ("\nblocks keeping other than they declare (units, per device): " + "; ".join(off) if off else "")
 
 
 def _verdict(reports: Sequence[Any]) -> int:
@@ -133,10 +276,15 @@ def _verdict(reports: Sequence[Any]) -> int:
     loss_diff = max(s.loss_diff for s in steps)
     grad_diff = max(s.grad_diff for s in steps)
     checked = sum(r.steps[0].params_checked for r in reports)
-    if loss_diff <= TOLERANCE and grad_diff <= TOLERANCE:
+    order = [e for r in reports for e in getattr(r, "order_errors", ())]
+    if loss_diff <= TOLERANCE and grad_diff <= TOLERANCE and not order:
         print(f"check: loss and {checked} parameter gradients per step match the single-process run "
-              f"(max diff {loss_diff:.2g} loss, {grad_diff:.2g} gradient)")
+              f"(max relative error {loss_diff:.2g} loss, {grad_diff:.2g} gradient); every rank ran the "
+              f"schedule's order")
         return 0
-    print(f"check FAILED: max diff {loss_diff:.3g} in the loss, {grad_diff:.3g} in a gradient "
-          f"(tolerance {TOLERANCE:g})", file=sys.stderr)
+    if loss_diff > TOLERANCE or grad_diff > TOLERANCE:
+        print(f"check FAILED: max relative error {loss_diff:.3g} in the loss, {grad_diff:.3g} in a gradient "
+              f"(tolerance {TOLERANCE:g})", file=sys.stderr)
+    for e in order:
+        print(f"check FAILED: {e}", file=sys.stderr)
     return 1

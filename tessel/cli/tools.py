@@ -3,6 +3,7 @@ schedule's orders with other costs: noise, latency, profiled durations; robustne
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,8 @@ def _profile(args: argparse.Namespace) -> int:
     from .. import library
     from ..profiler import profile
     from ..runtime.models import MODELS, Config, example
+    if not re.fullmatch(r"cpu|cuda(:\d+)?", args.device):
+        raise UsageError(f"--device must be cpu, cuda or cuda:N, got {args.device[:40]!r}")
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise UsageError("--device cuda: CUDA is not available on this machine")
     torch.set_num_threads(args.threads)

@@ -1,15 +1,29 @@
-"""Process set-up for the runtime: env:// init, sub-groups, and stopping every rank when one fails.
+"""Process set-up for the runtime: init, sub-groups, data-parallel replicas, stopping every rank when one fails.
 
-A failing rank writes an abort note into the rendezvous store (hosted by the launcher, or by
-torchrun's agent). Every rank runs a watcher thread that polls for that note; a rank blocked in a
-receive or a collective cannot be interrupted from Python, so the watcher writes where that rank
-stood, says why it stops and ends the process. The process-group timeout bounds any wait even
-when no note comes (a peer that vanished).
+A failing rank writes an abort note into the job's store (hosted by the launcher, or by torchrun's
+agent). Every rank runs a watcher thread that polls for that note; a rank blocked in a receive or
+a collective cannot be interrupted from Python, so the watcher writes where that rank stood, says
+why it stops and ends the process. The process-group timeout bounds any wait even when no note
+comes (a peer that vanished); a store that stops answering means the launcher is gone, and the
+rank ends too.
+
+Trust: everything the runtime itself writes into the store (notes, results) is text signed with
+a per-job random key (HMAC-SHA256); a value whose signature does not verify is ignored. The key
+reaches local workers through their spawn arguments (never the network); under torchrun rank 0
+draws it and broadcasts it over the process group. Nothing read from the store is unpickled.
+
+Data parallelism: with `replicas` R, the W ranks form R pipelines of W / R ranks. Rank g is
+pipeline rank g % (W / R) of replica g // (W / R); the default process group is the replica's
+pipeline (so the executor's ranks are pipeline ranks), and `Context.dp` all-reduces across the
+replicas of one pipeline rank.
 """
 from __future__ import annotations
 
+import hashlib
+import hmac
 import logging
 import os
+import secrets
 import threading
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -17,53 +31,198 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch._C._distributed_c10d import PrefixStore, ProcessGroupGloo, TCPStore
 
 log = logging.getLogger(__name__)
 
-ABORT_KEY = "tessel/abort"
+ABORT_KEY = "abort"
 POLL_SECONDS = 0.1
+LOST_POLLS = 20  # consecutive failed polls (2 s) before a rank decides its store is gone
+
+
+@dataclass(frozen=True)
+class Job:
+    """How a local worker reaches its launcher's store: address, namespace, signing key (hex)."""
+    host: str
+    port: int
+    prefix: str
+    key: str
+    replicas: int = 1
 
 
 @dataclass
 class Context:
-    """One worker process: its rank, device and store; `where` says what it is doing now."""
-    rank: int
-    world: int
+    """One worker process: its pipeline rank, device and store; `where` says what it is doing now."""
+    rank: int            # rank in its pipeline (the placement's device)
+    world: int           # ranks per pipeline (the placement's device count)
     device: torch.device
-    store: Any
+    store: Any           # the job's store (shared by every replica), namespaced
     timeout: timedelta
+    key: bytes = b""
+    global_rank: int = 0
+    replica: int = 0
+    replicas: int = 1
+    dp: Any = None       # process group over the replicas of this pipeline rank (None with one replica)
     where: str = "start-up"
     groups: dict[tuple[int, ...], Any] = field(default_factory=dict)
     done: threading.Event = field(default_factory=threading.Event)
     watcher: threading.Thread | None = None
 
-    def aborted(self) -> str | None:
-        if not self.store.check([ABORT_KEY]):
+    def put(self, name: str, text: str) -> None:
+        """Write a signed note."""
+        self.store.set(name, sign(self.key, name, text))
+
+    def read(self, name: str) -> str | None:
+        """A note if present and signed by this job, else None."""
+        if not self.store.check([name]):
             return None
-        return self.store.get(ABORT_KEY).decode()
+        return verify(self.key, name, self.store.get(name))
+
+    def aborted(self) -> str | None:
+        return self.read(ABORT_KEY)
+
+    def abort(self, note: str) -> None:
+        """Write the abort note unless one is there (the first failure wins; a forged one does not)."""
+        value = sign(self.key, ABORT_KEY, note)
+        current = self.store.compare_set(ABORT_KEY, "", value)
+        if current != value.encode() and verify(self.key, ABORT_KEY, current) is None:
+            self.store.set(ABORT_KEY, value)
 
     def group(self, devices: tuple[int, ...]) -> Any:
         return self.groups[tuple(sorted(devices))]
 
+    def all_reduce_mean(self, tensors: list[torch.Tensor]) -> None:
+        """Average tensors across the replicas (in place); nothing with one replica."""
+        if self.dp is None:
+            return
+        for t in tensors:
+            self.dp.allreduce([t]).wait()
+            t.div_(self.replicas)
 
-def init(timeout: float = 60.0, backend: str | None = None) -> Context:
-    """Join the job described by the environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)."""
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+
+def sign(key: bytes, name: str, text: str) -> str:
+    mac = hmac.new(key, f"{name}\0{text}".encode(), hashlib.sha256).hexdigest()
+    return f"{mac}|{text}"
+
+
+def verify(key: bytes, name: str, value: bytes) -> str | None:
+    mac, sep, text = value.decode("utf-8", "replace").partition("|")
+    good = hmac.new(key, f"{name}\0{text}".encode(), hashlib.sha256).hexdigest()
+    if not sep or not hmac.compare_digest(mac, good):
+        log.warning("ignored a store value %r without this job's signature", name)
+        return None
+    return text
+
+
+def connect(host: str, port: int, prefix: str, timeout: timedelta) -> Any:
+    """A client of the store at host:port, seeing only the keys under `prefix`."""
+    tcp = TCPStore(host, port, is_master=False, timeout=timeout)
+    return PrefixStore(prefix, tcp)
+
+
+def init(timeout: float = 60.0, backend: str | None = None, job: Job | None = None,
+         replicas: int = 1) -> Context:
+    """Join the job: a local launcher's (`job`), or the one the environment describes (torchrun)."""
+    grank, gworld = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    replicas = job.replicas if job is not None else replicas
+    if replicas < 1 or gworld % replicas:
+        raise ValueError(f"{gworld} processes do not split into {replicas} data-parallel replicas")
+    world = gworld // replicas
+    replica, rank = divmod(grank, world)
     backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
-    if backend == "nccl":
-        local = int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count()
-        torch.cuda.set_device(local)
-        device = torch.device("cuda", local)
-    else:
-        device = torch.device("cpu")
+    device = _device(backend, grank)
     td = timedelta(seconds=timeout)
-    dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world, timeout=td)
-    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
-                          timeout=td)
-    ctx = Context(rank, world, device, store, td)
+    if job is not None:
+        store = connect(job.host, job.port, job.prefix, td)
+    else:
+        store = connect(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), "tessel", td)
+    dist.init_process_group(backend, store=PrefixStore(f"replica{replica}", store), rank=rank,
+                            world_size=world, timeout=td)
+    dp = _replica_group(backend, PrefixStore(f"dp{rank}", store), replica, replicas, td)
+    key = bytes.fromhex(job.key) if job is not None else _shared_key(device, grank, dp)
+    ctx = Context(rank, world, device, store, td, key, grank, replica, replicas, dp)
     ctx.watcher = threading.Thread(target=_watch, args=(ctx,), name="tessel-abort-watcher", daemon=True)
     ctx.watcher.start()
     return ctx
+
+
+def _device(backend: str, grank: int) -> torch.device:
+    if backend != "nccl":
+        return torch.device("cpu")
+    local = int(os.environ.get("LOCAL_RANK", grank)) % torch.cuda.device_count()
+    torch.cuda.set_device(local)
+    return torch.device("cuda", local)
+
+
+def _shared_key(device: torch.device, grank: int, dp: Any) -> bytes:
+    """Global rank 0 draws the job key; every rank gets it over its pipeline and replica groups."""
+    buf = torch.zeros(16, dtype=torch.int64, device=device)
+    if grank == 0:
+        buf.copy_(torch.tensor(list(secrets.token_bytes(16)), dtype=torch.int64))
+    dist.all_reduce(buf)  # a sum where one rank holds the key and the others zeros
+    if dp is not None:
+        dp.allreduce([buf]).wait()
+    return bytes(buf.cpu().tolist())
+
+
+def _replica_group(backend: str, store: Any, replica: int, replicas: int, td: timedelta) -> Any:
+    if replicas == 1:
+        return None
+    if backend == "nccl":
+        from torch._C._distributed_c10d import ProcessGroupNCCL
+        return ProcessGroupNCCL(store, replica, replicas, ProcessGroupNCCL.Options())
+    return ProcessGroupGloo(store, replica, replicas, td)
+
+
+def _sum_everywhere(ctx: Context, t: torch.Tensor) -> torch.Tensor:
+    """Sum over every rank of the job (the pipeline, then the replicas)."""
+    dist.all_reduce(t)
+    if ctx.dp is not None:
+        ctx.dp.allreduce([t]).wait()
+    return t
+
+
+def share(ctx: Context, data: bytes | None) -> bytes:
+    """Global rank 0's bytes, on every rank (a collective; the other ranks pass None)."""
+    mine = data if ctx.global_rank == 0 else b""
+    if ctx.global_rank == 0 and data is None:
+        raise ValueError("global rank 0 must give the bytes to share")
+    n = int(_sum_everywhere(ctx, torch.tensor([len(mine or b"")], dtype=torch.int64, device=ctx.device)))
+    buf = torch.zeros(n, dtype=torch.int32, device=ctx.device)
+    if mine:
+        buf.copy_(torch.tensor(list(mine), dtype=torch.int32))
+    return bytes(_sum_everywhere(ctx, buf).cpu().tolist())
+
+
+def same_everywhere(ctx: Context, digest: bytes) -> bool:
+    """Whether every rank of the job passed the same digest (a collective)."""
+    mine = torch.tensor(list(digest), dtype=torch.int64, device=ctx.device)
+    low, high = mine.clone(), mine.clone()
+    for t, op in ((low, dist.ReduceOp.MIN), (high, dist.ReduceOp.MAX)):
+        dist.all_reduce(t, op)
+        if ctx.dp is not None:
+            _dp_reduce(ctx, t, op)
+    return bool(torch.equal(low, mine) and torch.equal(high, mine))
+
+
+def _dp_reduce(ctx: Context, t: torch.Tensor, op: Any) -> None:
+    from torch._C._distributed_c10d import AllreduceOptions
+    opts = AllreduceOptions()
+    opts.reduceOp = op
+    ctx.dp.allreduce([t], opts).wait()
+
+
+def gather_bytes(ctx: Context, data: bytes) -> list[bytes]:
+    """Every pipeline rank's bytes, in rank order, on every rank of the pipeline (a collective)."""
+    n = torch.tensor([len(data)], dtype=torch.int64, device=ctx.device)
+    sizes = [torch.zeros_like(n) for _ in range(ctx.world)]
+    dist.all_gather(sizes, n)
+    most = max(int(s) for s in sizes)
+    buf = torch.zeros(most, dtype=torch.uint8, device=ctx.device)
+    buf[:len(data)] = torch.tensor(list(data), dtype=torch.uint8)
+    parts = [torch.zeros_like(buf) for _ in range(ctx.world)]
+    dist.all_gather(parts, buf)
+    return [bytes(p[:int(s)].cpu().tolist()) for p, s in zip(parts, sizes)]
 
 
 def shutdown(ctx: Context) -> None:
@@ -81,19 +240,25 @@ def make_groups(ctx: Context, device_sets: list[tuple[int, ...]]) -> None:
 
 
 def _watch(ctx: Context) -> None:
+    lost = 0
     while not ctx.done.wait(POLL_SECONDS):
         try:
             note = ctx.aborted()
-        except Exception:  # the store is gone: the launcher ended; nothing left to coordinate
-            return
+            lost = 0
+        except Exception:
+            lost += 1
+            if lost >= LOST_POLLS:  # the store is gone: so is the launcher (or torchrun's agent)
+                log.error("rank %d stopped at %s: its job's store is gone", ctx.global_rank, ctx.where)
+                os._exit(1)
+            continue
         if note is None:
             continue
         origin, _, message = note.partition("|")
-        if origin == str(ctx.rank):
+        if origin == str(ctx.global_rank):
             return
-        stop = stop_note(ctx.rank, ctx.where, origin)
+        stop = stop_note(ctx.global_rank, ctx.where, origin)
         try:
-            ctx.store.set(f"tessel/stopped/{ctx.rank}", stop)
+            ctx.put(f"stopped/{ctx.global_rank}", stop)
         except Exception:
             pass
         log.error("%s: %s", stop, message)

@@ -1,9 +1,17 @@
 """Local launcher: N worker processes on this machine, one rendezvous store, nothing left hanging.
 
-The launcher hosts the TCPStore (as torchrun's agent does: TORCHELASTIC_USE_AGENT_STORE) so the
-store outlives any worker; workers join with env:// and report their result or their failure
-through it. The first failure (an exception, a crash, or the job timeout) is written as the abort
-note every worker watches (see comm.py); workers still alive after a grace period are killed.
+The launcher hosts the job's store (as torchrun's agent does) so the store outlives any worker;
+workers report their result or their failure through it. The first failure (an exception, a
+crash, or the job timeout) is written as the abort note every worker watches (see comm.py);
+workers still alive after a grace period are killed, and so is every worker when the launcher is
+interrupted (any exception, KeyboardInterrupt included). A worker whose launcher vanished (killed
+outright) loses the store and ends itself (comm's watcher).
+
+Security: the store listens on the address asked for only (loopback by default: the socket is
+bound here and handed to the store), its keys live under a random namespace, and every value the
+runtime reads back is signed with a per-job random key that reaches the workers only through their
+spawn arguments. Results cross as JSON (`wire`), never pickled; gloo binds to the loopback
+interface for a loopback job.
 """
 from __future__ import annotations
 
@@ -11,7 +19,9 @@ import logging
 import multiprocessing as mp
 import multiprocessing.connection
 import os
-import pickle
+import secrets
+import signal
+import socket
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -20,9 +30,9 @@ from datetime import timedelta
 from typing import Any
 
 import torch
-import torch.distributed as dist
+from torch._C._distributed_c10d import PrefixStore, TCPStore
 
-from . import comm
+from . import comm, forkserver, wire
 
 log = logging.getLogger(__name__)
 
@@ -39,34 +49,60 @@ class Options:
     pg_timeout: float = 60.0    # any one collective or receive
     backend: str | None = None  # gloo on CPU, nccl with CUDA
     threads: int = 1            # torch threads per worker
+    host: str = "127.0.0.1"     # the address the store listens on
+    replicas: int = 1           # data-parallel replicas (nprocs = replicas x pipeline ranks)
 
 
 def launch(fn: Callable[..., Any], nprocs: int, args: Sequence[Any] = (), options: Options = Options()) -> list[Any]:
     """Run `fn(ctx, *args)` on `nprocs` ranks; return each rank's result, or raise LaunchError.
 
-    `fn` and `args` must be picklable (a module-level function).
+    `fn` and `args` must be picklable (a module-level function): they go to the workers through
+    the multiprocessing spawn pipe. Results come back as JSON (`wire`: JSON values, tuples and
+    registered dataclasses).
     """
     if nprocs < 1:
         raise ValueError(f"cannot launch {nprocs} processes")
-    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
-                          timeout=timedelta(seconds=options.pg_timeout))
-    ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload([__name__, "tessel.runtime.executor"])
-    procs = [ctx.Process(target=_worker, args=(r, nprocs, store.port, fn, tuple(args), options),
+    if options.replicas < 1 or nprocs % options.replicas:
+        raise ValueError(f"{nprocs} processes do not split into {options.replicas} data-parallel replicas")
+    if not options.timeout > 0 or not options.pg_timeout > 0:
+        raise ValueError(f"timeouts must be > 0 s, got {options.timeout:g} and {options.pg_timeout:g}")
+    server, port = serve_store(options.host, options.pg_timeout)
+    job = comm.Job(options.host, port, f"tessel/{secrets.token_hex(16)}", secrets.token_hex(32),
+                   options.replicas)
+    store = comm.Context(0, nprocs, torch.device("cpu"), PrefixStore(job.prefix, server),
+                         timedelta(seconds=options.pg_timeout), bytes.fromhex(job.key))
+    ctx = forkserver.context()
+    procs = [ctx.Process(target=_worker, args=(r, nprocs, job, fn, tuple(args), options),
                          name=f"tessel-rank-{r}", daemon=True) for r in range(nprocs)]
-    for p in procs:
-        p.start()
     try:
+        for p in procs:
+            p.start()
         _supervise(procs, store, options)
     finally:
+        # kill every survivor before waiting for any: a rank that saw a peer die would report it
         for p in procs:
-            if p.is_alive():
+            if p.pid is not None and p.exitcode is None:
                 p.kill()
-            p.join()
+        for p in procs:
+            if p.pid is not None:
+                p.join()
     return _collect(procs, store)
 
 
-def _supervise(procs: list[Any], store: Any, options: Options) -> None:
+def serve_store(host: str, timeout: float) -> tuple[Any, int]:
+    """A TCPStore server listening on `host` only (torch's own listens on every address)."""
+    listener = socket.create_server((host, 0), family=_family(host), backlog=128)
+    port = listener.getsockname()[1]
+    server = TCPStore(host, port, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=timeout),
+                      master_listen_fd=listener.detach(), use_libuv=True)
+    return server, port
+
+
+def _family(host: str) -> socket.AddressFamily:
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
+
+
+def _supervise(procs: list[Any], store: comm.Context, options: Options) -> None:
     deadline = time.monotonic() + options.timeout
     running = {p.sentinel: p for p in procs}
     failed_at: float | None = None
@@ -86,65 +122,81 @@ def _supervise(procs: list[Any], store: Any, options: Options) -> None:
                 _abort(store, f"rank {_rank(p)} exited with code {p.exitcode}")
 
 
-def _abort(store: Any, message: str) -> None:
-    store.compare_set(comm.ABORT_KEY, "", f"launcher|{message}")
+def _abort(store: comm.Context, message: str) -> None:
+    store.abort(f"launcher|{message}")
 
 
 def _rank(p: Any) -> int:
     return int(p.name.rsplit("-", 1)[1])
 
 
-def _collect(procs: list[Any], store: Any) -> list[Any]:
+def _collect(procs: list[Any], store: comm.Context) -> list[Any]:
     if all(p.exitcode == 0 for p in procs):
-        return [pickle.loads(store.get(f"tessel/result/{r}")) for r in range(len(procs))]
+        results = [store.read(f"result/{r}") for r in range(len(procs))]
+        missing = [r for r, x in enumerate(results) if x is None]
+        if missing:
+            raise LaunchError(f"ranks {missing} finished without a signed result")
+        try:
+            return [wire.decode(x) for x in results if x is not None]
+        except wire.WireError as e:
+            raise LaunchError(f"a rank's result cannot be read: {e}") from None
     notes = []
     for r, p in enumerate(procs):
-        for kind in ("error", "stopped"):
-            if store.check([f"tessel/{kind}/{r}"]):
-                notes.append(store.get(f"tessel/{kind}/{r}").decode())
-                break
-        else:
-            notes.append(f"rank {r} exited with code {p.exitcode}" if p.exitcode
-                         else f"rank {r} finished")
+        note = store.read(f"error/{r}") or store.read(f"stopped/{r}")
+        notes.append(note or (f"rank {r} exited with code {p.exitcode}" if p.exitcode else f"rank {r} finished"))
     first = notes[0]
-    if store.check([comm.ABORT_KEY]):
-        first = store.get(comm.ABORT_KEY).decode().partition("|")[2]
+    abort = store.aborted()
+    if abort is not None:
+        first = abort.partition("|")[2]
     raise LaunchError("\n".join([first] + [f"  {n}" for n in notes]))
 
 
-def _worker(rank: int, world: int, port: int, fn: Callable[..., Any], args: tuple, options: Options) -> None:
-    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
-                      MASTER_PORT=str(port), TORCHELASTIC_USE_AGENT_STORE="True")
+def _worker(rank: int, world: int, job: comm.Job, fn: Callable[..., Any], args: tuple[Any, ...],
+            options: Options) -> None:
+    # the launcher handles a Ctrl-C to the process group; ranks end when it kills them or leaves
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank))
+    if job.host in ("127.0.0.1", "localhost", "::1"):
+        os.environ["GLOO_SOCKET_IFNAME"] = _loopback_interface()
     torch.set_num_threads(options.threads)
     ctx = None
     try:
-        ctx = comm.init(options.pg_timeout, options.backend)
-        result = fn(ctx, *args)
-        ctx.store.set(f"tessel/result/{rank}", pickle.dumps(result))
+        ctx = comm.init(options.pg_timeout, options.backend, job)
+        result = wire.encode(fn(ctx, *args))
+        ctx.put(f"result/{rank}", result)
         # leave together, through the store: a collective here would time out on a slow peer
         ctx.where = "the end (waiting for the other ranks)"
-        ctx.store.wait([f"tessel/result/{r}" for r in range(world)], timedelta(seconds=options.timeout))
+        ctx.store.wait([f"result/{r}" for r in range(world)], timedelta(seconds=options.timeout))
     except BaseException as e:
-        _fail(rank, ctx, port, options, e)
+        _fail(rank, ctx, job, options, e)
     os._exit(0)
 
 
-def _fail(rank: int, ctx: comm.Context | None, port: int, options: Options, e: BaseException) -> None:
+def _loopback_interface() -> str:
+    names = [name for _, name in socket.if_nameindex()]
+    return "lo" if "lo" in names or not names else next((n for n in names if n.startswith("lo")), "lo")
+
+
+def _fail(rank: int, ctx: comm.Context | None, job: comm.Job, options: Options, e: BaseException) -> None:
     """Report the failure and end the process at once (a clean exit could wait on peers)."""
     message = str(e) if str(e).startswith(f"rank {rank}:") else f"rank {rank}: {type(e).__name__}: {e}"
     try:
-        store = ctx.store if ctx is not None else dist.TCPStore(
-            "127.0.0.1", port, is_master=False, timeout=timedelta(seconds=options.pg_timeout))
-        note = store.get(comm.ABORT_KEY).decode() if store.check([comm.ABORT_KEY]) else ""
+        if ctx is None:
+            td = timedelta(seconds=options.pg_timeout)
+            ctx = comm.Context(rank, 0, torch.device("cpu"),
+                               comm.connect(job.host, job.port, job.prefix, td), td, bytes.fromhex(job.key),
+                               global_rank=rank)
+        note = ctx.aborted() or ""
         origin = note.partition("|")[0]
         if note and origin != str(rank):
             # a peer failed first and its exit broke our connection: ours is a consequence
-            stop = comm.stop_note(rank, ctx.where if ctx is not None else "start-up", origin)
+            stop = comm.stop_note(rank, ctx.where, origin)
             log.error("%s", stop)
-            store.set(f"tessel/stopped/{rank}", stop)
+            ctx.put(f"stopped/{rank}", stop)
         else:
             log.error("%s\n%s", message, "".join(traceback.format_exception(e)[-6:]))
-            store.set(f"tessel/error/{rank}", message)
-            store.compare_set(comm.ABORT_KEY, "", f"{rank}|{message}")
+            ctx.put(f"error/{rank}", message)
+            ctx.abort(f"{rank}|{message}")
     finally:
         os._exit(1)
+

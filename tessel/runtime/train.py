@@ -1,9 +1,16 @@
 """Training jobs: an example model, a schedule, K steps; optionally checked against one process.
 
 `run_jobs(ctx, jobs)` is the worker function (every rank runs it, under `launch` or torchrun);
-`train(job)` launches it locally. With `check`, every rank also runs the whole model on one
-process (the reference: plain torch layers, the whole batch at once) and compares, at every step,
-the loss and each of its parameters' gradients with the reference's (its shard of them).
+`train(job)` launches it locally. With data parallelism (`replicas` R), every replica runs the
+pipeline on its 1/R of the batch and gradients are averaged across replicas before the step.
+
+With `check`, every rank also runs the whole model on one process (the reference: plain torch
+layers, the whole batch at once) and compares, at every step, the loss and each of its
+parameters' gradients with the reference's (its shard of them), each as a relative error per
+tensor; it also compares the order in which the rank ran its tasks with the schedule's.
+
+Every step measures the activation bytes the rank's autograd graphs keep (`memory.GraphMemory`):
+its peak, and per block what one micro-batch's forward keeps.
 """
 from __future__ import annotations
 
@@ -13,14 +20,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from ..schedule import Schedule, schedule_from_dict
+from . import wire
 from .comm import Context, make_groups
 from .executor import Executor, StepResult
 from .launch import Options, launch
+from .memory import GraphMemory
 from .models import Config, Example, example, reference_losses
-from .program import lower
+from .program import Instruction, lower
 from .tp import shard_of
 
 log = logging.getLogger(__name__)
@@ -36,20 +45,23 @@ class TrainJob:
     seed: int = 0
     check: bool = False
     config: Config = field(default_factory=Config)
+    replicas: int = 1  # data-parallel replicas of the pipeline
 
     @staticmethod
     def of(model: str, schedule: Schedule, **kw: Any) -> TrainJob:
         return TrainJob(model, schedule.to_dict(), **kw)
 
 
+@wire.register
 @dataclass(frozen=True)
 class StepReport:
-    losses: dict[str, float]  # this rank's sink blocks' losses
+    losses: dict[str, float]  # this rank's sink blocks' losses (averaged over the replicas)
     seconds: float
     peak_graphs: int
     reference_losses: dict[str, float] | None = None  # every sink's, from the single-process run
-    grad_diff: float | None = None  # max |gradient - reference gradient| over this rank's parameters
+    grad_diff: float | None = None  # max relative gradient error over this rank's parameters (see FLOOR)
     params_checked: int = 0
+    peak_bytes: int = 0  # most activation bytes this rank's graphs kept at once
 
     @property
     def loss(self) -> float | None:
@@ -57,22 +69,40 @@ class StepReport:
 
     @property
     def loss_diff(self) -> float:
-        """Max |loss - reference loss| over this rank's sinks (0 without a sink)."""
+        """Max relative loss error over this rank's sinks (0 without a sink)."""
         assert self.reference_losses is not None
-        return max((abs(v - self.reference_losses[b]) for b, v in self.losses.items()), default=0.0)
+        return max((relative(v, self.reference_losses[b]) for b, v in self.losses.items()), default=0.0)
 
 
+@wire.register
 @dataclass(frozen=True)
 class RankReport:
     rank: int
     blocks: tuple[str, ...]
     steps: tuple[StepReport, ...]
+    block_bytes: dict[str, int] = field(default_factory=dict)  # bytes one forward of a block keeps
+    order_errors: tuple[str, ...] = ()  # where the executed order left the schedule's (with check)
+    replica: int = 0
+
+
+def relative(x: float, ref: float) -> float:
+    return abs(x - ref) / max(abs(ref), TINY)
+
+
+TINY = 1e-12
+# a gradient's error is relative to its largest element, or to this fraction of the model's largest
+# gradient element when larger: a gradient that is zero in exact arithmetic (attention's key bias)
+# holds only rounding noise, which no tolerance relative to itself would accept
+FLOOR = 1e-3
 
 
 def train(job: TrainJob, options: Options | None = None) -> list[RankReport]:
-    """Launch the job on as many local processes as its placement has devices."""
-    devices = job.schedule["placement"]["devices"]
-    return [reports[0] for reports in launch(run_jobs, devices, ([job],), options or Options())]
+    """Launch the job on (placement devices x replicas) local processes; replica 0's reports."""
+    devices = int(job.schedule["placement"]["devices"])
+    opts = options or Options()
+    opts = Options(opts.timeout, opts.pg_timeout, opts.backend, opts.threads, opts.host, job.replicas)
+    results = launch(run_jobs, devices * job.replicas, ([job],), opts)
+    return [reports[0] for reports in results[:devices]]
 
 
 def run_jobs(ctx: Context, jobs: Sequence[TrainJob]) -> list[RankReport]:
@@ -80,62 +110,111 @@ def run_jobs(ctx: Context, jobs: Sequence[TrainJob]) -> list[RankReport]:
     return [run_job(ctx, job) for job in jobs]
 
 
+class _Recording(Executor):
+    """An executor that writes down the compute tasks in the order it runs them."""
+    executed: list[tuple[str, int]]
+
+    def _execute(self, i: int, ins: Instruction, st: Any) -> None:
+        if ins.is_compute:
+            self.executed.append((ins.block, ins.micro_batch))
+        super()._execute(i, ins, st)
+
+
 def run_job(ctx: Context, job: TrainJob) -> RankReport:
+    if job.replicas != ctx.replicas:
+        raise ValueError(f"the job has {job.replicas} replicas, the processes {ctx.replicas}")
     schedule = schedule_from_dict(job.schedule, "job schedule", check=True)
-    programs = lower(schedule)
     ex = example(job.model, schedule.placement, job.config, job.seed)
     make_groups(ctx, [b.devices for b in schedule.placement.blocks])
     blocks = {b: ex.build(b, ctx.group(ex.flow.devices(b)) if len(ex.flow.devices(b)) > 1 else None).to(ctx.device)
               for b in ex.flow.forwards if ctx.rank in ex.flow.devices(b)}
-    executor = Executor(programs, ctx, blocks, ex.feeds)
-    opt = _sgd(executor.parameters(), job.lr)
+    executor = _Recording(lower(schedule), ctx, blocks, ex.feeds)
+    params = executor.parameters()
+    meter = GraphMemory(p for m in blocks.values() for p in m.parameters())
+    meter.watch(blocks)
     ref = _Reference(ex, job.lr) if job.check else None
-    steps = []
+    steps, orders = [], []
     for step in range(job.steps):
-        batch = ex.batch(job.micro_batch_size * schedule.micro_batches, seed=job.seed * 100_003 + step)
-        result = executor.run(batch)
-        steps.append(ref.compare(result, batch, blocks) if ref is not None else
-                     StepReport(result.losses, result.seconds, result.peak_graphs))
-        if opt is not None:
-            opt.step()
+        batch = ex.batch(job.micro_batch_size * schedule.micro_batches * ctx.replicas,
+                         seed=job.seed * 100_003 + step)
+        executor.executed = []
+        with meter.measuring():
+            result = executor.run(_replica_part(batch, ctx))
+        ctx.all_reduce_mean([p.grad for p in params if p.grad is not None])
+        result = StepResult(_mean_losses(ctx, result.losses), result.seconds, result.peak_graphs)
+        steps.append(ref.compare(result, batch, blocks, meter.peak) if ref is not None else
+                     StepReport(result.losses, result.seconds, result.peak_graphs, peak_bytes=meter.peak))
+        orders.append(list(executor.executed))
+        sgd_step(params, job.lr)
+    errors = order_errors(schedule, ctx.rank, orders[0]) if job.check and orders else []
     log.info("rank %d: %d steps of %s", ctx.rank, job.steps, schedule.placement.name)
-    return RankReport(ctx.rank, tuple(blocks), tuple(steps))
+    return RankReport(ctx.rank, tuple(blocks), tuple(steps), dict(meter.block_bytes), tuple(errors), ctx.replica)
 
 
-def _sgd(params: list[nn.Parameter], lr: float) -> torch.optim.Optimizer | None:
-    return torch.optim.SGD(params, lr=lr) if params else None
+def _replica_part(batch: Mapping[str, Tensor], ctx: Context) -> dict[str, Tensor]:
+    return {k: v.chunk(ctx.replicas)[ctx.replica] for k, v in batch.items()}
+
+
+def _mean_losses(ctx: Context, losses: dict[str, float]) -> dict[str, float]:
+    if ctx.dp is None or not losses:
+        return losses
+    names = sorted(losses)
+    t = torch.tensor([losses[b] for b in names], dtype=torch.float64, device=ctx.device)
+    ctx.all_reduce_mean([t])
+    return dict(zip(names, t.tolist()))
+
+
+def order_errors(schedule: Schedule, rank: int, executed: Sequence[tuple[str, int]], limit: int = 3) -> list[str]:
+    """Where a rank's executed compute order differs from the schedule's order on its device."""
+    expected = [(t.block, t.micro_batch) for t in schedule.device_orders()[rank]]
+    errors = [f"rank {rank}: task {k} ran {a[0]}#{a[1]}, the schedule has {b[0]}#{b[1]}"
+              for k, (a, b) in enumerate(zip(executed, expected)) if tuple(a) != tuple(b)]
+    if len(executed) != len(expected):
+        errors.append(f"rank {rank}: ran {len(executed)} tasks, the schedule has {len(expected)}")
+    return errors[:limit]
+
+
+def sgd_step(params: Sequence[nn.Parameter], lr: float) -> None:
+    """Plain SGD (what torch.optim.SGD does without momentum, bit for bit), without its start-up
+    cost: constructing a torch optimizer imports torch._dynamo, seconds per process."""
+    with torch.no_grad():
+        for p in params:
+            if p.grad is not None:
+                p.add_(p.grad, alpha=-lr)
 
 
 class _Reference:
     """The whole model on this process, trained in step with the distributed one."""
 
     def __init__(self, ex: Example, lr: float) -> None:
-        self.ex = ex
+        self.ex, self.lr = ex, lr
         self.blocks = {b: ex.whole(b) for b in ex.flow.forwards}
         for b, m in self.blocks.items():
             m.requires_grad_(b in ex.flow.backward)
-        self.opt = _sgd([p for m in self.blocks.values() for p in m.parameters() if p.requires_grad], lr)
+        self.params = [p for m in self.blocks.values() for p in m.parameters() if p.requires_grad]
 
     def compare(self, result: StepResult, batch: Mapping[str, torch.Tensor],
-                blocks: Mapping[str, nn.Module]) -> StepReport:
+                blocks: Mapping[str, nn.Module], peak_bytes: int) -> StepReport:
         for m in self.blocks.values():
             m.zero_grad(set_to_none=True)
-        with torch.set_grad_enabled(self.opt is not None):
+        with torch.set_grad_enabled(bool(self.params)):
             losses = reference_losses(self.ex, self.blocks, batch)
-            if self.opt is not None:
-                sum(losses.values()).backward()
+            if self.params:
+                sum(losses.values()).backward()  # type: ignore[union-attr]
         diff, checked = 0.0, 0
-        for b, m in blocks.items():
+        scale = max((float(p.grad.abs().max()) for p in self.params if p.grad is not None), default=0.0)
+        for b, module in blocks.items():
             if b not in self.ex.flow.backward:
                 continue
-            for name, p in m.named_parameters():
+            for name, p in module.named_parameters():
                 full = self.blocks[b].get_parameter(name).grad
                 if p.grad is None or full is None:
                     diff = float("inf")
                 else:
-                    diff = max(diff, float((p.grad.cpu() - shard_of(p, full)).abs().max()))
+                    ref = shard_of(p, full)
+                    err = float((p.grad.cpu() - ref).abs().max())
+                    diff = max(diff, err / max(float(ref.abs().max()), FLOOR * scale, TINY))
                 checked += 1
-        if self.opt is not None:
-            self.opt.step()
+        sgd_step(self.params, self.lr)
         return StepReport(result.losses, result.seconds, result.peak_graphs,
-                          {b: float(x.detach()) for b, x in losses.items()}, diff, checked)
+                          {b: float(x.detach()) for b, x in losses.items()}, diff, checked, peak_bytes)
