@@ -14,7 +14,7 @@ $(BIN)/tessel: pyproject.toml
 demo: $(BIN)/tessel
 	$(BIN)/python -m tessel.demo out
 
-test: $(BIN)/tessel
+test: lint
 	$(BIN)/python -m pytest
 
 lint: $(BIN)/tessel

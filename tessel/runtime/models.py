@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, partial
 
 import torch
 import torch.nn.functional as F
@@ -127,8 +127,9 @@ class GPTBlock(ExampleBlock):
             plan.update(layer_plan(f"layers.{i}."))
         self.plan = plan | ({"out": "colwise", "loss": "vocab_loss"} if head else {})
 
-    def body(self, x: Tensor) -> Tensor:
-        if self.tok is not None:
+    def body(self, *inputs: Tensor) -> Tensor:
+        (x,) = inputs
+        if self.tok is not None and self.pos is not None:
             x = self.tok(x) + self.pos(torch.arange(x.shape[1], device=x.device))
         for layer in self.layers:
             x = layer(x)
@@ -144,7 +145,7 @@ def _gpt(flow: Dataflow, cfg: Config) -> dict[str, BlockSpec]:
         # adds a layer so every pipeline stage has transformer work
         layers = 0 if wide and (first or last) else cfg.layers
         feeds = (("tokens",) if first else ()) + (("targets",) if last else ())
-        specs[b] = BlockSpec(lambda f=first, n=layers, h=last: GPTBlock(cfg, f, n, h), feeds)
+        specs[b] = BlockSpec(partial(GPTBlock, cfg, first, layers, last), feeds)
     return specs
 
 
@@ -165,7 +166,8 @@ class BranchBlock(ExampleBlock):
         self.layers = nn.ModuleList(Layer(cfg, causal=False) for _ in range(cfg.layers))
         self.plan = {k: v for i in range(cfg.layers) for k, v in layer_plan(f"layers.{i}.").items()}
 
-    def body(self, x: Tensor) -> Tensor:
+    def body(self, *inputs: Tensor) -> Tensor:
+        (x,) = inputs
         if self.tok is not None:
             x = self.tok(x)
         elif self.patch is not None:
@@ -201,7 +203,7 @@ def _kshape(flow: Dataflow, cfg: Config) -> dict[str, BlockSpec]:
     for start, field_name in zip(sources, ("text", "image")):
         b = start
         while b != sink:
-            specs[b] = BlockSpec(lambda s=(field_name if b == start else None): BranchBlock(cfg, s),
+            specs[b] = BlockSpec(partial(BranchBlock, cfg, field_name if b == start else None),
                                  (field_name,) if b == start else ())
             nxt = flow.out_edges[b]
             if len(nxt) != 1:
@@ -239,7 +241,7 @@ def _mlp(flow: Dataflow, cfg: Config) -> dict[str, BlockSpec]:
     for b in flow.forwards:
         n_in, sink = len(flow.in_edges[b]), b in flow.sinks
         feeds = (("x",) if n_in == 0 else ()) + (("y",) if sink else ())
-        specs[b] = BlockSpec(lambda n=n_in, s=sink: MLPBlock(cfg, n, s), feeds)
+        specs[b] = BlockSpec(partial(MLPBlock, cfg, n_in, sink), feeds)
     return specs
 
 

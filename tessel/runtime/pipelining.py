@@ -75,7 +75,8 @@ def torch_runtime(programs: Programs, csv_path: str | Path, modules: Mapping[str
     stage = stage_of(programs.flow)
     stages = [PipelineStage(m, stage[b], len(stage), device) for b, m in
               sorted(modules.items(), key=lambda kv: stage[kv[0]])]
-    runtime = _PipelineScheduleRuntime(stages, programs.micro_batches, loss_fn=loss_fn, scale_grads=True)
+    runtime = _PipelineScheduleRuntime(  # type: ignore[no-untyped-call]
+        stages, programs.micro_batches, loss_fn=loss_fn, scale_grads=True)
     runtime._load_csv(str(csv_path), format="compute_only")
     return runtime
 

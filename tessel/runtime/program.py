@@ -156,8 +156,8 @@ def _program(flow: Dataflow, rank: int, order: Sequence[Key], send_seq: dict[tup
     for t in sorted(anchor, key=sent_at):
         by_src[t.src].append(t)
     for ts in by_src.values():  # a later send's receive posted earlier pulls the earlier ones along
-        for a, b in zip(reversed(ts[:-1]), reversed(ts[1:])):
-            anchor[a] = min(anchor[a], anchor[b])
+        for earlier, later in zip(reversed(ts[:-1]), reversed(ts[1:])):
+            anchor[earlier] = min(anchor[earlier], anchor[later])
     posts: dict[int, list[Transfer]] = defaultdict(list)
     for t in sorted(anchor, key=sent_at):
         posts[anchor[t]].append(t)
