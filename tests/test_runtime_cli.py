@@ -106,9 +106,9 @@ def test_n_is_micro_batches(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_a_failed_run_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["run", "--model", "mlp", "--schedule", "gpipe", "--timeout", "0.5"]) == 1
+    assert main(["run", "--model", "mlp", "--schedule", "gpipe", "--timeout", "0.01"]) == 1
     err = capsys.readouterr().err
-    assert err.startswith("tessel: run failed: the job ran past its timeout of 0.5 s"), err
+    assert err.startswith("tessel: run failed: the job ran past its timeout of 0.01 s"), err
 
 
 def test_profile_on_an_unknown_device_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

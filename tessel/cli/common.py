@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -101,15 +101,20 @@ def parse_memory(text: str) -> float | list[float]:
     return out[0] if len(out) == 1 else out
 
 
-def seconds(text: str) -> float:
-    """A time limit: a finite number of seconds > 0."""
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text[:200]!r}") from None
-    if not (math.isfinite(v) and v > 0):
-        raise argparse.ArgumentTypeError(f"time limit must be a finite number of seconds > 0, got {text[:200]!r}")
-    return v
+def positive_float(what: str, unit: str) -> Callable[[str], float]:
+    """An argparse type: a finite number > 0; errors say which value and in what unit."""
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{what} must be a number ({unit}), got {text[:200]!r}") from None
+        if not (math.isfinite(v) and v > 0):
+            raise argparse.ArgumentTypeError(f"{what} must be a finite number > 0 ({unit}), got {text[:200]!r}")
+        return v
+    return parse
+
+
+seconds = positive_float("time limit", "seconds")
 
 
 def positive_int(text: str) -> int:

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from ..costmodel import HARDWARE, SPECS, hardware
 from ..plan import Cluster, Plan, Row, load_model, plan
 from ..plan.planner import Progress
-from .common import UsageError, positive_int, print_table
+from .common import UsageError, positive_float, positive_int, print_table, seconds
 from .outputs import add_output_args, write_outputs
 
 
@@ -25,24 +25,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--gpu", choices=list(HARDWARE), default="a100-80g", help="device type (default a100-80g)")
     p.add_argument("--devices", type=positive_int, default=8, help="devices in all (default 8)")
     p.add_argument("--devices-per-node", type=positive_int, metavar="P", help="devices per node (default the GPU's)")
-    p.add_argument("--memory", type=_gib, metavar="GIB", help="device memory in GiB (default the GPU's)")
+    p.add_argument("--memory", type=positive_float("memory", "GiB"), metavar="GIB", help="device memory in GiB (default the GPU's)")
     p.add_argument("--micro-batches", "-n", type=positive_int, default=64, metavar="N", help="micro-batches (64)")
-    p.add_argument("--time-limit", type=_gib, default=90.0, metavar="S", help="seconds of search in all (90)")
+    p.add_argument("--time-limit", type=seconds, default=90.0, metavar="S", help="seconds of search in all (90)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="a model option, e.g. layers=48 hidden=4096 lm_head=false recompute=true (repeatable)")
     p.add_argument("--placement-out", metavar="FILE", help="write the chosen placement (JSON or YAML) here")
     add_output_args(p)
     p.set_defaults(func=_plan)
-
-
-def _gib(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not v > 0:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
-    return v
 
 
 def parse_options(items: list[str]) -> dict[str, int | float | bool]:

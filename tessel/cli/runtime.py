@@ -4,7 +4,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import math
 import os
 import signal
 import statistics
@@ -16,20 +15,10 @@ from typing import Any
 
 from ..placement import Placement
 from ..schedule import Schedule, schedule_from_dict
-from .common import UsageError, add_memory_arg, fmt, positive_int, print_table, resolve_placement
+from .common import UsageError, add_memory_arg, fmt, positive_float, positive_int, print_table, resolve_placement
 
 TOLERANCE = 1e-4  # relative error per tensor: |x - ref|max / |ref|max
 MODEL_NAMES = ("gpt", "kshape", "mlp")  # tessel.runtime.models.MODELS, without importing torch here
-
-
-def positive_seconds(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not (math.isfinite(v) and v > 0):
-        raise argparse.ArgumentTypeError(f"expected a finite number of seconds > 0, got {text!r}")
-    return v
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -62,7 +51,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="compare loss and every gradient with a single-process run (relative error per "
                         f"tensor <= {TOLERANCE:g}) and each rank's executed order with the schedule's")
     p.add_argument("--programs", action="store_true", help="print the per-rank programs and exit")
-    p.add_argument("--timeout", type=positive_seconds, default=300.0,
+    p.add_argument("--timeout", type=positive_float("timeout", "seconds"), default=300.0,
                    help="seconds for the whole job (default 300)")
     p.set_defaults(func=_run)
 

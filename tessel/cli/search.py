@@ -8,7 +8,7 @@ from typing import Any
 
 from ..search import MODES, OBJECTIVES, search
 from ..viz.progress import ProgressLine
-from .common import add_memory_arg, add_placement_args, fmt, positive_int, print_summary, resolve_placement
+from .common import add_memory_arg, add_placement_args, fmt, positive_int, print_summary, resolve_placement, seconds
 from .outputs import add_output_args, write_outputs
 
 # the command's wall clock: the search's time limit counts from here (CP-SAT loads on its clock),
@@ -31,22 +31,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--objective", choices=OBJECTIVES, default="makespan",
                    help="makespan (default): first start to last end; span: the longest time from a "
                         "device's first start to its last end (the iteration time when iterations overlap)")
-    p.add_argument("--time-limit", type=_seconds, metavar="S",
+    p.add_argument("--time-limit", type=seconds, metavar="S",
                    help="seconds for the whole search, a wall clock (fast stops sooner when it stalls)")
     p.add_argument("--workers", type=positive_int, metavar="K", help="CP-SAT worker threads (default 1: the same schedule every run; more may be faster but can differ)")
     p.add_argument("--ascii", action="store_true", help="print the schedule as ASCII")
     add_output_args(p)
     p.set_defaults(func=_search)
-
-
-def _seconds(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
-    if not v > 0:
-        raise argparse.ArgumentTypeError(f"time limit must be > 0 seconds, got {text!r}")
-    return v
 
 
 def _search(args: argparse.Namespace) -> int:

@@ -6,12 +6,15 @@ import argparse
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..schedule import Schedule
 from .common import UsageError, fmt, positive_int, print_summary, print_table
 from .outputs import add_output_args, output_path, write_outputs
 from .runtime import MODEL_NAMES
+
+if TYPE_CHECKING:
+    from ..profiler import Profile
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -73,12 +76,7 @@ def _profile(args: argparse.Namespace) -> int:
     modules = {b: ex.whole(b) for b in ex.flow.forwards}
     prof = profile(placement, modules, inputs, device=args.device, warmup=args.warmup, repeats=args.repeats,
                    bandwidth=args.bandwidth, alpha=args.alpha)
-    heads, rows = prof.table()
-    print_table(heads, rows, title=f"{args.model} on {placement.name} ({prof.device}, median of {args.repeats})")
-    print(f"latency: {fmt(prof.placement.latency)} ms")
-    prof.placement.save(args.output)
-    print(f"wrote {args.output}")
-    return 0
+    return _write_profile(prof, args.model, args)
 
 
 def _profile_module(args: argparse.Namespace) -> int:
@@ -109,8 +107,12 @@ def _profile_module(args: argparse.Namespace) -> int:
                                bandwidth=args.bandwidth, alpha=args.alpha)
     except PlacementError as e:
         raise UsageError(f"--module {args.module}: {e}") from None
+    return _write_profile(prof, args.module, args)
+
+
+def _write_profile(prof: Profile, what: str, args: argparse.Namespace) -> int:
     heads, rows = prof.table()
-    print_table(heads, rows, title=f"{args.module} on {prof.placement.name} ({prof.device}, median of {args.repeats})")
+    print_table(heads, rows, title=f"{what} on {prof.placement.name} ({prof.device}, median of {args.repeats})")
     print(f"latency: {fmt(prof.placement.latency)} ms")
     prof.placement.save(args.output)
     print(f"wrote {args.output}")
