@@ -23,7 +23,6 @@ from tessel.schedule import Schedule, schedule_from_dict
 from tessel.search import search
 
 ROOT = Path(__file__).resolve().parents[1]
-CHECKER = ROOT.parent / "shared" / "tools" / "check_schedule.py"
 Run = Callable[..., tuple[int, str, str]]
 
 

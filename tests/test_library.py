@@ -2,17 +2,14 @@
 from __future__ import annotations
 
 import inspect
-import json
-from pathlib import Path
 from typing import Any
 
 import pytest
+from shared_files import suite_cases
 
 from tessel import library
 from tessel.placement import Placement, PlacementError
 from tessel.render import render_placement
-
-SUITE = Path(__file__).resolve().parents[2] / "shared" / "bench" / "suite.json"
 
 
 def structure(doc: dict[str, Any]) -> tuple:
@@ -20,12 +17,6 @@ def structure(doc: dict[str, Any]) -> tuple:
     blocks = sorted((b["id"], b["kind"], b["duration"], b["memory"], tuple(sorted(b["devices"])))
                     for b in doc["blocks"])
     return doc["devices"], doc.get("latency", 0) or 0, blocks, sorted(map(tuple, doc["edges"]))
-
-
-def suite_cases() -> list[dict[str, Any]]:
-    if not SUITE.exists():
-        pytest.skip(f"public suite not found at {SUITE}")
-    return json.loads(SUITE.read_text())["cases"]
 
 
 def test_defaults_reproduce_every_suite_placement() -> None:

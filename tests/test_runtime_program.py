@@ -1,15 +1,14 @@
 """Lowering schedules into per-rank programs and the check that proves them deadlock-free (no torch)."""
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from shared_files import suite_cases
 
 from tessel import library
 from tessel.baselines import BASELINES, why_not
@@ -20,12 +19,11 @@ from tessel.runtime.program import Instruction, Programs, format_programs
 from tessel.schedule import ScheduleError
 from tessel.timing import DeadlockError, earliest_starts, orders_of
 
-SUITE = Path(__file__).resolve().parents[2] / "shared" / "bench" / "suite.json"
 NAMES = ["vshape", "interleaved", "zb", "xshape", "mshape", "nnshape", "kshape", "alphafold", "mllm", "finetune"]
 
 
 def _suite() -> dict:
-    return {c["name"]: placement_from_dict(c["placement"]) for c in json.loads(SUITE.read_text())["cases"]}
+    return {c["name"]: placement_from_dict(c["placement"]) for c in suite_cases()}
 
 
 def _one_f_one_b(name: str, n: int = 4):

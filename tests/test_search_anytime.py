@@ -3,12 +3,11 @@ a report that survives a file, and the objective option."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from shared_files import checker_verdict
 
 from bench.dags import random_case
 from tessel import bounds, library
@@ -17,15 +16,12 @@ from tessel.schedule import Schedule
 from tessel.search import MemoryLimitError, SearchReport, search
 from tessel.search.orchestrate import objective_value
 
-CHECKER = (Path(__file__).resolve().parents[2] / "shared" / "tools" / "check_schedule.py")
-
 
 def checked(s: Schedule, tmp_path: Path) -> Schedule:
     assert s.errors() == []
     f = tmp_path / "s.json"
     s.save(f)
-    out = subprocess.run([sys.executable, str(CHECKER), str(f)], capture_output=True, text=True)
-    assert out.returncode == 0, out.stdout + out.stderr
+    checker_verdict(f)
     return s
 
 

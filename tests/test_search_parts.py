@@ -2,11 +2,10 @@
 unrolled schedules, the grid, constructions, kernels, the solver helper, completion and exact."""
 from __future__ import annotations
 
-import json
 from fractions import Fraction
-from pathlib import Path
 
 import pytest
+from shared_files import suite_case
 
 from tessel import library
 from tessel.placement import Block, Placement, make_placement
@@ -19,11 +18,9 @@ from tessel.search.problem import least_memory, make_problem
 from tessel.search.repetend import find_repetend, modulo_of, solve_period
 from tessel.search.solver import Model
 
-SUITE = json.loads((Path(__file__).resolve().parents[2] / "shared" / "bench" / "suite.json").read_text())["cases"]
-
 
 def placement(name: str) -> Placement:
-    return Placement.from_dict(next(c for c in SUITE if c["name"] == name)["placement"])
+    return Placement.from_dict(suite_case(name)["placement"])
 
 
 @pytest.mark.parametrize("name", ["vshape-4", "xshape-4", "kshape-4", "nnshape-4", "alphafold-4"])

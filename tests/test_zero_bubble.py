@@ -2,19 +2,17 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from shared_files import run_checker
 
 from tessel import library
 from tessel.baselines import BASELINES, BaselineError, applicable
 from tessel.schedule import Schedule
 
-CHECKER = Path(__file__).resolve().parents[2] / "shared" / "tools" / "check_schedule.py"
 FEW = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 ZERO = ("zb-h2", "zb-v", "zb-v-half", "zb-v-min")
 
@@ -25,11 +23,9 @@ def valid(s: Schedule, method: str) -> Schedule:
 
 
 def checked_by_the_independent_tool(s: Schedule, tmp: Path) -> dict:
-    if not CHECKER.exists():
-        pytest.skip(f"independent checker not found at {CHECKER}")
     path = tmp / f"{s.meta['method']}.json"
     path.write_text(json.dumps(s.to_dict()))
-    r = subprocess.run([sys.executable, str(CHECKER), str(path)], capture_output=True, text=True)
+    r = run_checker(path)
     assert r.returncode == 0, r.stdout
     return json.loads(r.stdout)
 
