@@ -19,10 +19,10 @@ def test_search_writes_a_valid_schedule_and_prints_its_figures(tessel, tmp_path:
     verdict = checker_verdict(out)
     assert verdict is None or verdict["makespan"] == int(lines["makespan"])
     doc = json.loads(out.read_text())
-    # one micro-batch every 6 (a loaded machine may settle on a repetend of several micro-batches)
-    meta = doc["meta"]
-    assert meta["period"] == 6 * meta["repetend_micro_batches"] and meta["period_optimal"] is True
-    assert doc["repetend"]["period"] == meta["period"]
+    # one micro-batch every 6; the file's repetend window may span several micro-batches (a
+    # loaded machine can end on a compacted schedule whose repeating window is a multiple)
+    assert doc["meta"]["period"] == 6 and doc["meta"]["period_optimal"] is True
+    assert doc["repetend"]["period"] % 6 == 0
 
 
 def test_search_a_placement_file_in_fast_mode_with_per_device_memory(tessel, tmp_path: Path) -> None:
