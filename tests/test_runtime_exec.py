@@ -4,6 +4,7 @@ our exported programs with the same gradients. One launch runs every check (star
 """
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import pytest
@@ -103,9 +104,14 @@ def _tp(ctx: Any) -> dict[str, float]:
     return out
 
 
-def _worker(ctx: Any, jobs: list[TrainJob], interop: list[dict], tmp: str) -> tuple[list, list, dict]:
-    return (run_jobs(ctx, jobs), [_interop(ctx, doc, f"{tmp}/actions{i}.csv") for i, doc in enumerate(interop)],
-            _tp(ctx))
+SLOW_IMPORTS = ("sympy", "torch._dynamo", "transformers")  # seconds of start-up per process each
+
+
+def _worker(ctx: Any, jobs: list[TrainJob], interop: list[dict], tmp: str) -> tuple[list, list, dict, list]:
+    reports = run_jobs(ctx, jobs)
+    slow = [m for m in SLOW_IMPORTS if m in sys.modules]  # before torch pipelining's own imports
+    return (reports, [_interop(ctx, doc, f"{tmp}/actions{i}.csv") for i, doc in enumerate(interop)],
+            _tp(ctx), slow)
 
 
 @pytest.fixture(scope="module")
@@ -117,7 +123,8 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
                  Options(timeout=150, pg_timeout=30))
     reports = {key: [out[r][0][i] for r in range(4)] for i, key in enumerate(schedules)}
     interop_diffs = [[out[r][1][i] for r in range(4)] for i in range(len(INTEROP))]
-    return {"schedules": schedules, "reports": reports, "interop": interop_diffs, "tp": [o[2] for o in out]}
+    return {"schedules": schedules, "reports": reports, "interop": interop_diffs, "tp": [o[2] for o in out],
+            "slow imports": [o[3] for o in out]}
 
 
 def test_every_case_has_the_required_methods(results: dict) -> None:
@@ -157,6 +164,12 @@ def test_forward_graphs_are_freed_when_backwards_end(results: dict) -> None:
     assert checked >= 7
     infer = results["reports"][("mlp", "vshape-infer", "greedy")]
     assert all(s.peak_graphs == 0 for r in infer for s in r.steps)
+
+
+def test_training_imports_nothing_slow(results: dict) -> None:
+    """Workers fork from a server that preloaded their imports; training steps of every model add
+    none of the imports that cost seconds per process (sympy comes with torch.autograd.backward)."""
+    assert results["slow imports"] == [[]] * 4
 
 
 def test_torch_pipelining_runs_our_programs_with_the_same_gradients(results: dict) -> None:
