@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from tessel import library
-from tessel.runtime import checkpoint
+from tessel.runtime import checkpoint, wire
 from tessel.runtime.dataflow import dataflow
 from tessel.runtime.hf import GPT2Blocks, gpt2_batch, gpt2_config, gpt2_loss, gpt2_model
 from tessel.runtime.pipeline import Pipeline
@@ -47,6 +47,7 @@ class Args:
     resume: str | None = None
 
 
+@wire.register  # results come back from the ranks as JSON: registered dataclasses only
 @dataclass(frozen=True)
 class Step:
     step: int
