@@ -4,6 +4,7 @@ our exported programs with the same gradients. One launch runs every check (star
 """
 from __future__ import annotations
 
+import itertools
 import sys
 from typing import Any
 
@@ -16,7 +17,8 @@ from tessel.methods import run_method, why_not_method
 from tessel.runtime import tp
 from tessel.runtime.executor import Executor
 from tessel.runtime.launch import Options, launch
-from tessel.runtime.models import example
+from tessel.runtime.memory import unit_bytes
+from tessel.runtime.models import declare_kept, example
 from tessel.runtime.pipelining import stage_module, torch_runtime, write_actions_csv
 from tessel.runtime.program import lower
 from tessel.runtime.tp import shard_of
@@ -36,7 +38,7 @@ UNIT_MEMORY = ("vshape", "interleaved", "zb")  # every forward keeps one unit un
 def _schedules() -> dict[tuple[str, str, str], Any]:
     out = {}
     for model, name in CASES:
-        p = library.build(name, 4)
+        p = declare_kept(example(model, library.build(name, 4)))  # as `tessel run` declares them
         for m in METHODS + [SHAPE_METHODS.get(name, "")]:
             if m and why_not_method(m, p) is None:
                 out[(model, name, m)] = run_method(m, p, N)
@@ -170,6 +172,29 @@ def test_training_imports_nothing_slow(results: dict) -> None:
     """Workers fork from a server that preloaded their imports; training steps of every model add
     none of the imports that cost seconds per process (sympy comes with torch.autograd.backward)."""
     assert results["slow imports"] == [[]] * 4
+
+
+def test_measured_and_declared_peaks_agree_in_unit_and_rank_order(results: dict) -> None:
+    """Every example model x placement x method: per rank, the measured peak of activation bytes in the
+    placement's units is within 40% of the schedule's declared peak (sharded blocks declare what they
+    keep), and a rank declaring clearly more than another also measures more."""
+    for key, reports in results["reports"].items():
+        s = results["schedules"][key]
+        if not s.placement.is_training:
+            continue
+        kept: dict[str, int] = {}
+        for r in reports:
+            for b, n in r.block_bytes.items():
+                kept[b] = max(kept.get(b, 0), n)
+        unit = unit_bytes(kept, {b.id: float(b.memory) for b in s.placement.blocks if b.kind == "forward"})
+        assert unit is not None, key
+        measured = [max(st.peak_bytes for st in r.steps) / unit for r in reports]
+        declared = list(s.peak_memory)
+        for m, d in zip(measured, declared):
+            assert d / 1.4 <= m <= d * 1.4, (key, declared, measured)
+        for i, j in itertools.permutations(range(len(declared)), 2):
+            if declared[i] > declared[j] + 0.5:
+                assert measured[i] > measured[j], (key, declared, measured)
 
 
 def test_torch_pipelining_runs_our_programs_with_the_same_gradients(results: dict) -> None:
