@@ -4,6 +4,8 @@ our exported programs with the same gradients. One launch runs every check (star
 """
 from __future__ import annotations
 
+import itertools
+import sys
 from typing import Any
 
 import pytest
@@ -15,7 +17,8 @@ from tessel.methods import run_method, why_not_method
 from tessel.runtime import tp
 from tessel.runtime.executor import Executor
 from tessel.runtime.launch import Options, launch
-from tessel.runtime.models import example
+from tessel.runtime.memory import unit_bytes
+from tessel.runtime.models import declare_kept, example
 from tessel.runtime.pipelining import stage_module, torch_runtime, write_actions_csv
 from tessel.runtime.program import lower
 from tessel.runtime.tp import shard_of
@@ -35,7 +38,7 @@ UNIT_MEMORY = ("vshape", "interleaved", "zb")  # every forward keeps one unit un
 def _schedules() -> dict[tuple[str, str, str], Any]:
     out = {}
     for model, name in CASES:
-        p = library.build(name, 4)
+        p = declare_kept(example(model, library.build(name, 4)))  # as `tessel run` declares them
         for m in METHODS + [SHAPE_METHODS.get(name, "")]:
             if m and why_not_method(m, p) is None:
                 out[(model, name, m)] = run_method(m, p, N)
@@ -103,9 +106,14 @@ def _tp(ctx: Any) -> dict[str, float]:
     return out
 
 
-def _worker(ctx: Any, jobs: list[TrainJob], interop: list[dict], tmp: str) -> tuple[list, list, dict]:
-    return (run_jobs(ctx, jobs), [_interop(ctx, doc, f"{tmp}/actions{i}.csv") for i, doc in enumerate(interop)],
-            _tp(ctx))
+SLOW_IMPORTS = ("sympy", "torch._dynamo", "transformers")  # seconds of start-up per process each
+
+
+def _worker(ctx: Any, jobs: list[TrainJob], interop: list[dict], tmp: str) -> tuple[list, list, dict, list]:
+    reports = run_jobs(ctx, jobs)
+    slow = [m for m in SLOW_IMPORTS if m in sys.modules]  # before torch pipelining's own imports
+    return (reports, [_interop(ctx, doc, f"{tmp}/actions{i}.csv") for i, doc in enumerate(interop)],
+            _tp(ctx), slow)
 
 
 @pytest.fixture(scope="module")
@@ -117,7 +125,8 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
                  Options(timeout=150, pg_timeout=30))
     reports = {key: [out[r][0][i] for r in range(4)] for i, key in enumerate(schedules)}
     interop_diffs = [[out[r][1][i] for r in range(4)] for i in range(len(INTEROP))]
-    return {"schedules": schedules, "reports": reports, "interop": interop_diffs, "tp": [o[2] for o in out]}
+    return {"schedules": schedules, "reports": reports, "interop": interop_diffs, "tp": [o[2] for o in out],
+            "slow imports": [o[3] for o in out]}
 
 
 def test_every_case_has_the_required_methods(results: dict) -> None:
@@ -157,6 +166,35 @@ def test_forward_graphs_are_freed_when_backwards_end(results: dict) -> None:
     assert checked >= 7
     infer = results["reports"][("mlp", "vshape-infer", "greedy")]
     assert all(s.peak_graphs == 0 for r in infer for s in r.steps)
+
+
+def test_training_imports_nothing_slow(results: dict) -> None:
+    """Workers fork from a server that preloaded their imports; training steps of every model add
+    none of the imports that cost seconds per process (sympy comes with torch.autograd.backward)."""
+    assert results["slow imports"] == [[]] * 4
+
+
+def test_measured_and_declared_peaks_agree_in_unit_and_rank_order(results: dict) -> None:
+    """Every example model x placement x method: per rank, the measured peak of activation bytes in the
+    placement's units is within 40% of the schedule's declared peak (sharded blocks declare what they
+    keep), and a rank declaring clearly more than another also measures more."""
+    for key, reports in results["reports"].items():
+        s = results["schedules"][key]
+        if not s.placement.is_training:
+            continue
+        kept: dict[str, int] = {}
+        for r in reports:
+            for b, n in r.block_bytes.items():
+                kept[b] = max(kept.get(b, 0), n)
+        unit = unit_bytes(kept, {b.id: float(b.memory) for b in s.placement.blocks if b.kind == "forward"})
+        assert unit is not None, key
+        measured = [max(st.peak_bytes for st in r.steps) / unit for r in reports]
+        declared = list(s.peak_memory)
+        for m, d in zip(measured, declared):
+            assert d / 1.4 <= m <= d * 1.4, (key, declared, measured)
+        for i, j in itertools.permutations(range(len(declared)), 2):
+            if declared[i] > declared[j] + 0.5:
+                assert measured[i] > measured[j], (key, declared, measured)
 
 
 def test_torch_pipelining_runs_our_programs_with_the_same_gradients(results: dict) -> None:

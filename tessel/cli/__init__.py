@@ -46,7 +46,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         with catch_signals(), PipeSafe():
-            return _run(argv)
+            code = _run(argv)
+        if argv is None and "torch" in sys.modules:
+            # torch's teardown (its libraries, a store's threads) takes a second or more after the
+            # work is done and printed: a process that loaded it exits at once
+            _exit_now(code)
+        return code
     except Interrupted as e:
         signum = e.signum
     except KeyboardInterrupt:  # a SIGINT before the handler was in place
@@ -58,8 +63,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _exit_now(code: int) -> NoReturn:
-    """Exit at once: output files are written atomically and were left untouched, so nothing
-    is lost by skipping the teardown of the solver's threads and loaded modules."""
+    """Exit at once: output files are written atomically (or closed) and the streams flushed here,
+    so nothing is lost by skipping the teardown of the solver's threads and loaded modules; the
+    runtime's fork server, if started, ends too."""
+    from ..runtime.forkserver import stop  # torch-free
+    stop()
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

@@ -15,7 +15,16 @@ from typing import Any
 
 from ..placement import Placement
 from ..schedule import Schedule, schedule_from_dict
-from .common import UsageError, add_memory_arg, fmt, positive_float, positive_int, print_table, resolve_placement
+from .common import (
+    UsageError,
+    add_memory_arg,
+    fmt,
+    is_file_ref,
+    positive_float,
+    positive_int,
+    print_table,
+    resolve_placement,
+)
 
 TOLERANCE = 1e-4  # relative error per tensor: |x - ref|max / |ref|max
 MODEL_NAMES = ("gpt", "kshape", "mlp")  # tessel.runtime.models.MODELS, without importing torch here
@@ -145,6 +154,9 @@ def _schedule(args: argparse.Namespace) -> Schedule:
     placement: Placement = resolve_placement(args)
     args.devices = given
     _same_devices(args, placement, f"placement {placement.name}")
+    if not is_file_ref(args.placement):  # a built-in's sharded blocks declare what the model's keep
+        from ..runtime.models import declare_kept, example
+        placement = declare_kept(example(args.model, placement))
     return run_method(ref, placement, args.micro_batches or 8, args.memory)
 
 

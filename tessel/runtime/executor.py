@@ -31,6 +31,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
+from torch.autograd.graph import _engine_run_backward
 
 from .comm import Context
 from .pack import PackError, Packing, pack, packing_of, unpack
@@ -44,6 +45,31 @@ HEADER_BYTES = 4096  # a packing's JSON, padded
 LocalKey = tuple[Any, ...]  # ("act", block, mb) or ("grad", edge, mb)
 InboxKey = tuple[int, int]  # (src, tag)
 Read = tuple[LocalKey | None, InboxKey | None]  # one input of a compute task: local, or received
+
+
+def autograd_backward(output: Tensor, grad: Tensor, inputs: Sequence[Tensor] = ()) -> None:
+    """`torch.autograd.backward(output, grad, inputs=inputs or None)`, gradients accumulated into the leaves.
+
+    Straight to autograd's engine, as torch's own function ends: torch's gradient check first
+    imports torch.fx's symbolic shapes (sympy), about a second of start-up per process; the one
+    check that matters here, shape and type, is made before."""
+    _check_grad(output, grad)
+    _engine_run_backward((output,), (grad,), False, False, tuple(inputs), allow_unreachable=True,
+                         accumulate_grad=True)
+
+
+def autograd_grad(output: Tensor, grad: Tensor, inputs: Sequence[Tensor]) -> tuple[Tensor | None, ...]:
+    """`torch.autograd.grad(output, inputs, grad, retain_graph=True, allow_unused=True)` (see
+    autograd_backward): the inputs' gradients, None for one the output does not depend on."""
+    _check_grad(output, grad)
+    return tuple(_engine_run_backward((output,), (grad,), True, False, tuple(inputs), True,
+                                      accumulate_grad=False))
+
+
+def _check_grad(output: Tensor, grad: Tensor) -> None:
+    if grad.shape != output.shape or grad.dtype != output.dtype or grad.device != output.device:
+        raise ValueError(f"a gradient of shape {tuple(grad.shape)} ({grad.dtype}, {grad.device}) for an output of "
+                         f"shape {tuple(output.shape)} ({output.dtype}, {output.device})")
 
 
 class ExecutionError(RuntimeError):
@@ -251,14 +277,13 @@ class Executor:
         differentiable = saved.output.requires_grad  # not when only integer tensors come out
         if y in flow.weight:
             wanted = [x for x in leaves if x.requires_grad]
-            found = (torch.autograd.grad(saved.output, wanted, grad, retain_graph=True, allow_unused=True)
-                     if wanted and differentiable else ())
+            found = autograd_grad(saved.output, grad, wanted) if wanted and differentiable else ()
             by_leaf = {id(x): g for x, g in zip(wanted, found)}
             gin = [by_leaf.get(id(x)) for x in leaves]
             saved.grad = grad
         else:
             if differentiable:
-                torch.autograd.backward(saved.output, grad)
+                autograd_backward(saved.output, grad)
             gin = [x.grad for x in leaves]
             del st.saved[(y, m)]
         for e, g, x in zip(edges, gin, leaves):
@@ -269,7 +294,8 @@ class Executor:
         saved = st.saved.pop((y, ins.micro_batch))
         params = [p for p in self.blocks[y].parameters() if p.requires_grad]
         if params and saved.output.requires_grad:
-            torch.autograd.backward(saved.output, saved.grad, inputs=params)
+            assert saved.grad is not None
+            autograd_backward(saved.output, saved.grad, params)
 
     # ---- shapes ---------------------------------------------------------------------------------
     def _infer_shapes(self, mb: Mapping[str, Tensor]) -> None:

@@ -17,15 +17,16 @@ mean loss of its micro-batch, any other block one activation tensor.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property, partial
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..placement import Placement, PlacementError
+from ..placement import Placement, PlacementError, make_placement
 from .dataflow import Dataflow, dataflow
+from .memory import GraphMemory, unit_bytes
 from .tp import Group, VocabParallelCrossEntropy, parallelize
 
 
@@ -315,6 +316,65 @@ def example(kind: str, placement: Placement, config: Config | None = None, seed:
     ex = Example(kind, placement, config or Config(), seed)
     _ = ex.specs  # bind now: a placement the model cannot use fails here, naming the reason
     return ex
+
+
+def declare_kept(ex: Example, size: int = 2) -> Placement:
+    """The example's placement with each sharded block's memory set to what it keeps.
+
+    The library's sharded blocks (a block on several devices: an embedding, a head, a fusion or a
+    tensor-parallel layer) declare a fixed memory, mostly 0, though their graphs live until their
+    backward. Here each trained forward block of the whole model saves its activations for one
+    micro-batch of `size` samples; a block on k devices keeps on each the inputs it saved (every
+    rank holds them whole) and 1/k of the rest (its sharded intermediates), in the placement's
+    units: bytes per unit is the median, over the one-device trained blocks, of kept bytes /
+    declared memory. One-device blocks keep their
+    declared memory; a placement without one (no unit) is returned as it is.
+    """
+    p = ex.placement
+    kept = _kept_bytes(ex, size)
+    single = {b.id: float(b.memory) for b in p.blocks if b.kind == "forward" and len(b.devices) == 1}
+    unit = unit_bytes(kept, single)
+    if unit is None:
+        return p
+    memory = {b.id: round(kept.get(b.id, 0) / unit, 3) for b in p.blocks
+              if b.kind == "forward" and len(b.devices) > 1 and b.id in ex.flow.backward}
+    return with_forward_memory(p, memory)
+
+
+def with_forward_memory(p: Placement, memory: Mapping[str, float]) -> Placement:
+    """`p` with forward blocks' memory replaced; the block that frees each graph (its weight block,
+    else its backward) releases it."""
+    release = {}
+    for f in memory:
+        consumers = [b for b in p.blocks if b.grad_of == f]
+        if consumers:
+            release[next((b.id for b in consumers if b.kind == "weight"), consumers[0].id)] = -memory[f]
+    blocks = [replace(b, memory=memory[b.id]) if b.id in memory else
+              replace(b, memory=release[b.id]) if b.id in release else
+              replace(b, memory=0) if b.grad_of in memory else b for b in p.blocks]
+    return make_placement(p.name, p.devices, blocks, p.edges, p.latency)
+
+
+def _kept_bytes(ex: Example, size: int) -> dict[str, int]:
+    """Bytes each trained forward block of the whole model saves for its backward, one micro-batch."""
+    blocks = {b: ex.whole(b).requires_grad_(b in ex.flow.backward) for b in ex.flow.forwards}
+    meter = GraphMemory(q for m in blocks.values() for q in m.parameters())
+    meter.watch(blocks)
+    batch = ex.batch(size)
+    out: dict[str, Tensor] = {}
+    kept: dict[str, int] = {}
+    with meter.measuring(), torch.enable_grad():
+        for b in ex.flow.forwards:  # each block on copies of its inputs, as a rank receives them
+            inputs = [out[x].detach().clone().requires_grad_(out[x].is_floating_point())
+                      for x, _ in ex.flow.in_edges[b]] + [batch[f].clone() for f in ex.feeds[b]]
+            out[b] = blocks[b](*inputs)
+            if b in ex.flow.backward:
+                whole = meter.block_bytes.get(b, 0)
+                inputs_kept = sum(t.untyped_storage().nbytes() for t in inputs
+                                  if t.untyped_storage().data_ptr() in meter.live)
+                k = len(ex.flow.devices(b))
+                kept[b] = inputs_kept + (whole - inputs_kept) // k
+    return kept
 
 
 def reference_losses(ex: Example, blocks: Mapping[str, nn.Module], batch: Mapping[str, Tensor]) -> dict[str, Tensor]:
