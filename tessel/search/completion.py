@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -81,14 +82,18 @@ def add_tasks(m: Model, problem: Problem, free: Mapping[Key, tuple[int, int]], f
         m.occupy(m.int_var((b, k), lo, hi), problem.duration[b], problem.devices_of[b], f"task_{b}_{k}")
     for (b, k), s in fixed.items():
         m.occupy(s, problem.duration[b], problem.devices_of[b], f"fixed_{b}_{k}")
+    free_of: dict[str, list[int]] = defaultdict(list)  # block -> its free micro-batches (O(E N), not O(E T))
+    for x, k in free:
+        free_of[x].append(k)
     for a, b in problem.units.edges:
-        for k in {k for (x, k) in free if x == b}:
+        for k in free_of[b]:
             if (a, k) in free:
                 m.precede(m.vars[(a, k)], m.vars[(b, k)], problem.gap(a, b))
             else:
                 m.precede(fixed[(a, k)], m.vars[(b, k)], problem.gap(a, b))
-        for k in {k for (x, k) in free if x == a and (b, k) not in free}:
-            m.precede(m.vars[(a, k)], fixed[(b, k)], problem.gap(a, b))
+        for k in free_of[a]:
+            if (b, k) not in free:
+                m.precede(m.vars[(a, k)], fixed[(b, k)], problem.gap(a, b))
     start = {**(base or {}), **fixed, **{key: m.vars[key] for key in free}}
     touched = {k for _, k in list(free) + list(fixed)}
     low = min([lo for lo, _ in free.values()] + list(fixed.values()))

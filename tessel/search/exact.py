@@ -11,6 +11,7 @@ the times of a device's events), and keeps every dependency.
 """
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 
 from .. import graph
@@ -25,6 +26,7 @@ def solve_exact(problem: Problem, micro_batches: int, time_limit: float, workers
                 stall: float | None = None) -> SolveResult:
     """Minimise the makespan; `hint` (a valid schedule on the grid) bounds the horizon. With
     `stall`, a quick improvement of the hint rather than a proof."""
+    t0 = time.perf_counter()  # the limit counts from here: building a large model takes seconds
     n = micro_batches
     lb = problem.lower_bound(n)
     horizon = _horizon(problem, n, hint)
@@ -38,7 +40,10 @@ def solve_exact(problem: Problem, micro_batches: int, time_limit: float, workers
     if hint:
         m.hints(_relabelled(hint, problem, n))
     m.minimize(makespan, lower=lb)
-    return m.solve(time_limit, workers, progress, phase="exact", prove=stall is None, stall=stall,
+    left = time_limit - (time.perf_counter() - t0)
+    if left <= 0:
+        return SolveResult("unknown", None, None, time.perf_counter() - t0)
+    return m.solve(left, workers, progress, phase="exact", prove=stall is None, stall=stall,
                    report=lambda obj: {"makespan": problem.real(obj), "bound": problem.real(lb)})
 
 
