@@ -8,6 +8,7 @@ median of each over the timed steps and their ratio (ratio of the medians: a med
 ratios can hide a deficit), with a 95% bootstrap interval (steps resampled in pairs, seeded); the
 verdict says "on par" only when the interval contains 1. It also times `tessel run` of one step
 (process start to exit: imports, fork server, rendezvous, the step). Writes bench/results/runtime.md.
+A Hugging Face GPT-2, tessel's searched schedule against 1F1B and Schedule1F1B: bench/runtime_gpt2.py.
 
     .venv/bin/python bench/runtime.py [--steps 60] [--micro-batches 8] [--ranks 4] [--startup 3]
 """
