@@ -10,19 +10,23 @@ if TYPE_CHECKING:
     from .schedule import Schedule
 
 LETTER = {"forward": "f", "backward": "b", "weight": "w", "other": "o"}
+MAX_CELLS = 10_000  # columns of a picture: a finer unit (a start of 1e-300) is coarsened to fit
 
 
-def _unit(durations: list[float]) -> float:
-    """The time one character column stands for: the gcd of integral durations, else the least."""
+def _unit(durations: list[float], span: float) -> float:
+    """The time one character column stands for: the gcd of integral durations, else the least,
+    never so small that `span` takes more than MAX_CELLS columns."""
     if all(float(d).is_integer() for d in durations):
-        return float(math.gcd(*(int(d) for d in durations)))
-    return min(durations)
+        unit = float(math.gcd(*(int(d) for d in durations)))
+    else:
+        unit = min(durations)
+    return max(unit, span / MAX_CELLS)
 
 
 def render_ascii(s: Schedule, width: int = 200) -> str:
     """Each cell is one time unit; a task fills its cells with its kind letter and micro-batch."""
     p = s.placement
-    unit = _unit([b.duration for b in p.blocks] + [t.start for t in s.tasks if t.start > 0])
+    unit = _unit([b.duration for b in p.blocks] + [t.start for t in s.tasks if t.start > 0], s.makespan)
     cells = int(round(s.makespan / unit))
     label_w = max(2, len(LETTER["forward"] + str(s.micro_batches - 1)))
     rows = [["-" * label_w] * cells for _ in range(p.devices)]
@@ -47,7 +51,7 @@ def render_placement(p: Placement) -> str:
     """One micro-batch, blocks as early as dependencies allow: the shape of the placement."""
     from . import bounds
     pt = bounds.paths(p)
-    unit = _unit([b.duration for b in p.blocks] + [v for v in pt.earliest.values() if v > 0])
+    unit = _unit([b.duration for b in p.blocks] + [v for v in pt.earliest.values() if v > 0], pt.critical_path)
     cells = int(round(pt.critical_path / unit))
     label_w = max(len(b.id) for b in p.blocks)
     rows = [["." * label_w] * cells for _ in range(p.devices)]

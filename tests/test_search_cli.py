@@ -46,3 +46,21 @@ def test_bad_options_are_rejected(tessel) -> None:
     assert rc == 2 and "time limit must be a finite number > 0" in stderr
     rc, _, stderr = tessel("search", "vshape", "-n", "8", "--mode", "best")
     assert rc == 2 and "invalid choice" in stderr
+
+
+def test_the_time_limit_counts_from_each_command_not_from_the_first_import(tessel, monkeypatch) -> None:
+    import time
+
+    import tessel.cli.search as cli_search
+    from tessel.errors import TesselError
+    seen: list[float] = []
+
+    def spy(*args: object, started: float | None = None, **kw: object) -> object:
+        seen.append(started if started is not None else -1.0)
+        raise TesselError("stop here")
+
+    before = time.perf_counter()
+    monkeypatch.setattr(cli_search, "search", spy)
+    rc, _, stderr = tessel("search", "vshape", "-n", "4", "--time-limit", "5")
+    assert rc == 2 and "stop here" in stderr
+    assert len(seen) == 1 and seen[0] >= before  # an in-process call gets its own wall clock

@@ -12,6 +12,7 @@ import importlib
 import logging
 import os
 import sys
+import time
 from collections.abc import Sequence
 from typing import NoReturn
 
@@ -44,9 +45,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    started = time.perf_counter()  # a command's wall clock (--time-limit) counts from here
     try:
         with catch_signals(), PipeSafe():
-            code = _run(argv)
+            code = _run(argv, started)
         if argv is None and "torch" in sys.modules:
             # torch's teardown (its libraries, a store's threads) takes a second or more after the
             # work is done and printed: a process that loaded it exits at once
@@ -77,8 +79,9 @@ def _exit_now(code: int) -> NoReturn:
     os._exit(code)
 
 
-def _run(argv: Sequence[str] | None) -> int:
+def _run(argv: Sequence[str] | None, started: float) -> int:
     args = build_parser().parse_args(argv)
+    args.started = started
     logging.basicConfig(level=logging.INFO if args.verbose else logging.ERROR,
                         format="%(levelname)s %(name)s: %(message)s")
     try:

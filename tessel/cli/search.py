@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -11,9 +10,8 @@ from ..viz.progress import ProgressLine
 from .common import add_memory_arg, add_placement_args, fmt, positive_int, print_summary, resolve_placement, seconds
 from .outputs import add_output_args, write_outputs
 
-# the command's wall clock: the search's time limit counts from here (CP-SAT loads on its clock),
-# less what printing, writing and the interpreter's exit take after a search (CP-SAT's finalisers)
-_STARTED = time.perf_counter()
+# the search's time limit counts from the command's start (main's args.started; CP-SAT loads on
+# its clock), less what printing, writing and the interpreter's exit take after a search
 EXIT_SECONDS = 0.75
 
 
@@ -44,7 +42,7 @@ def _search(args: argparse.Namespace) -> int:
     with ProgressLine("search") as progress:
         limit = None if args.time_limit is None else max(args.time_limit - EXIT_SECONDS, args.time_limit * 0.75)
         s = search(placement, args.micro_batches, memory=args.memory, mode=args.mode, time_limit=limit,
-                   workers=args.workers, progress=progress, objective=args.objective, started=_STARTED)
+                   workers=args.workers, progress=progress, objective=args.objective, started=getattr(args, "started", None))
     if args.ascii:
         print(s.ascii(), end="")
     print_summary(s)
