@@ -73,7 +73,7 @@ def test_the_report_is_written_into_meta_and_read_back_the_same(tmp_path: Path) 
     s.save(f)
     again = SearchReport.from_meta(Schedule.load(f).meta)
     assert again == report
-    assert report.period == 8 and report.period_optimal and report.bound_source in ("analytic", "memory")
+    assert report.period == 8 and report.period_optimal and report.bound_source in ("analytic", "memory", "solver")
     # memory-aware: two activations held 16 units each at a time allow one micro-batch every 8
     assert report.lower_bound >= bounds.lower_bound(p, 12)
     with pytest.raises(KeyError, match="no search report"):

@@ -16,7 +16,7 @@ from tessel.search.fast import construct, constructions, packed
 from tessel.search.kernel import kernel_starts
 from tessel.search.modulo import Modulo, fits, steady_memory
 from tessel.search.problem import least_memory, make_problem
-from tessel.search.repetend import find_repetend, modulo_of, solve_period
+from tessel.search.repetend import deepest, find_repetend, modulo_of, solve_period
 from tessel.search.solver import Model
 
 SUITE = json.loads((Path(__file__).resolve().parents[2] / "shared" / "bench" / "suite.json").read_text())["cases"]
@@ -182,3 +182,18 @@ def test_repetend_search_proves_smaller_periods_infeasible() -> None:
     # below the Little's-law bound nothing is even tried
     assert all(t >= 8 * c for c, t, _ in res.tried)
     assert Modulo(8, res.modulo.phase, res.modulo.offset).per_micro_batch == 8
+
+
+def test_the_deepest_repetend_fills_the_memory_it_is_given() -> None:
+    """zb with latency at twice 1F1B's memory: the least-span repetend keeps p - d micro-batches on
+    device d; the deepest one at the same period holds more, up to the limit and never above it."""
+    p = make_problem(library.zb(4, forward=1, backward=1, weight=1, latency=0.5), 8)
+    least = find_repetend(p, 30).modulo
+    deep = deepest(p, least, 30, 1)
+    assert deep is not None and deep.period == least.period == 6  # grid of 0.5
+    assert steady_memory(p, least) == [4, 3, 2, 1]
+    assert fits(p, deep) and sum(steady_memory(p, deep)) > sum(steady_memory(p, least))
+    assert max(steady_memory(p, deep)) == 8
+    unrolled = p.grid_schedule(20, deep.unrolled(range(20)))  # rule 4 agrees with the formula
+    assert max(unrolled.peak_memory) <= 8
+    assert deepest(make_problem(library.zb(4), None), least, 30, 1) is None  # no limit: nothing to fill
