@@ -16,7 +16,7 @@ from tessel.search.fast import construct, constructions, packed
 from tessel.search.kernel import kernel_starts
 from tessel.search.modulo import Modulo, fits, steady_memory
 from tessel.search.problem import least_memory, make_problem
-from tessel.search.repetend import deepest, find_repetend, modulo_of, solve_period
+from tessel.search.repetend import RepetendResult, deepest, find_repetend, modulo_of, retry_undecided, solve_period
 from tessel.search.solver import Model
 
 SUITE = json.loads((Path(__file__).resolve().parents[2] / "shared" / "bench" / "suite.json").read_text())["cases"]
@@ -197,3 +197,15 @@ def test_the_deepest_repetend_fills_the_memory_it_is_given() -> None:
     unrolled = p.grid_schedule(20, deep.unrolled(range(20)))  # rule 4 agrees with the formula
     assert max(unrolled.peak_memory) <= 8
     assert deepest(make_problem(library.zb(4), None), least, 30, 1) is None  # no limit: nothing to fill
+
+
+def test_an_undecided_period_is_tried_again_and_replaces_a_longer_repetend() -> None:
+    p = make_problem(library.build("vshape", devices=4), 8)
+    slow = next(m for m in constructions(p, p.period_bound + 2) if fits(p, m))
+    res = RepetendResult(slow, "construction", "none", False, ((1, p.period_bound, "unknown"),),
+                         ((1, p.period_bound),), 0.0)
+    again = retry_undecided(p, res, 30, 1, 0.5)
+    assert again.modulo.period == p.period_bound < slow.period and fits(p, again.modulo)
+    assert again.period_optimal and again.undecided == () and again.tried[-1][:2] == (1, p.period_bound)
+    s = p.grid_schedule(12, again.modulo.unrolled(range(12)))
+    assert s.errors() == []

@@ -45,14 +45,14 @@ from .fast import NoFitError, constructions, sequential, starting_repetend
 from .kernel import kernel_starts
 from .modulo import Modulo, fits, steady_memory
 from .problem import MemoryLimitError, Problem, least_memory, make_problem
-from .repetend import RepetendResult, deepest, find_repetend, modulo_of, solve_period
+from .repetend import RepetendResult, deepest, find_repetend, modulo_of, retry_undecided, solve_period
 from .report import SearchReport
 from .solver import DEFAULT_WORKERS, Progress
 
 log = logging.getLogger(__name__)
-FREE_TASKS = 200  # most tasks one completion solve frees at each end
+FREE_TASKS = 800  # most tasks one completion solve frees at each end
 FREE_MICRO_BATCHES = 6  # and most micro-batches
-BASELINE_TASKS = 20_000  # baselines race against the search up to this many tasks (N x blocks)
+BASELINE_TASKS = 40_000  # baselines race against the search up to this many tasks (N x blocks)
 WHOLE_TASKS = 160  # up to this many tasks, tessel also improves the whole schedule in one solve
 KERNEL_TRIES = 8  # window starts checked by a real unroll before giving up on a candidate
 PATIENCE = 4  # the second round of completion waits this many times longer for an improvement
@@ -112,7 +112,7 @@ def search(placement: Placement, micro_batches: int, memory: Number | Sequence[N
         limit = min(limit, budget.fast_limit(len(placement.blocks)))
     limit -= budget.reserve(limit, micro_batches * len(placement.blocks))
     run = Run(problem, micro_batches, Clock(limit, t0), workers or DEFAULT_WORKERS, progress, budget, objective)
-    rivals = _race(run)
+    rivals = _race(run, budget.fast_race_share if mode == "fast" else budget.race_share)
     start = _start(run, rivals)
     res: RepetendResult | None = None
     mod: Modulo | None = None
@@ -143,9 +143,9 @@ def _check_args(n: int, mode: str, time_limit: float | None, workers: int | None
 
 
 # ---- the starting point ------------------------------------------------------------------------
-def _race(run: Run) -> list[Schedule]:
+def _race(run: Run, share: float) -> list[Schedule]:
     """The applicable baselines on the real placement, greedy (the slowest) last: the schedules
-    to beat from the start. One that would take more than the race's share of the clock is skipped."""
+    to beat from the start. One that would take more than `share` of the clock left is skipped."""
     p, n = run.problem.placement, run.micro_batches
     tasks = n * len(p.blocks)
     if tasks > BASELINE_TASKS or not run.budget.race:
@@ -153,7 +153,7 @@ def _race(run: Run) -> list[Schedule]:
     t0, out = time.perf_counter(), []
     per_baseline = tasks * run.budget.baseline_per_task
     for name in sorted(applicable(p), key=lambda x: x == "greedy"):
-        if per_baseline > run.clock.left() * run.budget.race_share:
+        if per_baseline > run.clock.left() * share:
             log.info("baseline %s skipped: about %.1fs, over the race's share", name, per_baseline)
             continue
         t1 = time.perf_counter()
@@ -218,8 +218,10 @@ def _task_values(values: Mapping[Any, int]) -> dict[Key, int]:
 def _tessel_repetend(run: Run, start: Modulo) -> RepetendResult:
     p, t0 = run.problem, time.perf_counter()
     run.report(phase="repetend", period=p.real(p.period_bound))
-    res = find_repetend(p, run.clock.left() * run.budget.repetend_share, run.workers, run.progress, start,
-                        run.budget.repetend_stall(len(p.block_ids)))
+    stall = run.budget.repetend_stall(len(p.block_ids))
+    res = find_repetend(p, run.clock.left() * run.budget.repetend_share, run.workers, run.progress, start, stall)
+    if res.undecided:  # the clock the period search left: the undecided periods get more work
+        res = retry_undecided(p, res, run.clock.left() * run.budget.retry_share, run.workers, stall)
     run.statuses["repetend"] = res.status
     run.statuses["periods_tried"] = [[c, p.real(t), st] for c, t, st in res.tried]
     run.lap("repetend", t0)

@@ -21,7 +21,7 @@ import logging
 import math
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any
 
@@ -36,6 +36,7 @@ MAX_COPIES = 4
 COPIES_SHARE = 0.5  # of the time left that patterns of several micro-batches may take
 SLICE_SHARE = 0.3  # of the period search's time left that one period's solve may take
 MIN_SLICE = 0.05  # seconds: a solve shorter than this decides nothing
+ESCALATE = 4  # a period left undecided is tried again with this many times the stall's work
 
 
 @dataclass(frozen=True)
@@ -259,6 +260,27 @@ def find_repetend(problem: Problem, time_limit: float, workers: int | None = Non
     optimal = ratio == floor or run.proven_below(ratio, floor)
     return RepetendResult(best.modulo, best.found_by, best.status, optimal, tuple(run.tried),
                           tuple(run.undecided(ratio)), time.perf_counter() - t0)
+
+
+def retry_undecided(problem: Problem, res: RepetendResult, time_limit: float, workers: int | None,
+                    stall: float) -> RepetendResult:
+    """The periods `res` left undecided below its own, smallest first, tried again with ESCALATE
+    times the work (a large placement may need more than a stall's work for a first solution);
+    the first one found replaces the result's repetend."""
+    t0, tried = time.perf_counter(), list(res.tried)
+    for copies, T in sorted(res.undecided, key=lambda x: (Fraction(x[1], x[0]), x[0])):
+        left = time_limit - (time.perf_counter() - t0)
+        if left <= MIN_SLICE:
+            break
+        out = solve_period(problem, T, left, workers, None, None, copies, stall * ESCALATE)
+        tried.append((copies, T, out.status))
+        if out.found:
+            mod = modulo_of(out.values, problem, T, copies)
+            below = tuple(x for x in res.undecided if Fraction(x[1], x[0]) < mod.per_micro_batch)
+            floor = max(Fraction(problem.period_bound), problem.memory_period_bound)
+            return RepetendResult(mod, "solver", out.status, mod.per_micro_batch == floor, tuple(tried), below,
+                                  res.seconds + time.perf_counter() - t0)
+    return replace(res, tried=tuple(tried), seconds=res.seconds + time.perf_counter() - t0)
 
 
 def default_stall(problem: Problem) -> float:
