@@ -5,9 +5,15 @@ Every mode is anytime (budget.py): before any solve it holds a valid schedule, t
 applicable baselines and a repetend that fits memory (a construction, or one micro-batch at a
 time), and every later step only replaces it by a better one.
 
-tessel: the period search brackets between that repetend's period and the bound, then completion.
+tessel: the period search brackets between that repetend's period and the bound (periods it left
+        undecided are tried again with more work on the clock it left), then completion.
 fast:   constructed repetend, the solver only polishes its span (stops when it stalls), completion.
 exact:  the tessel schedule as a hint, then the whole N-micro-batch problem in one solve.
+
+Completion runs twice where memory is limited: on the least-span repetend, and on the deepest one
+at the same period (repetend.deepest: the most memory-time the limits allow, so more micro-batches
+in flight where a device has room); compaction then fills the warm-up and drains the cool-down
+through the deeper pattern (ZB-H2's shape on `zb`, found, not copied). The shorter one is kept.
 
 Completion runs on a working number of micro-batches big enough for a steady state (or N
 itself when N is smaller); larger N is reached by Schedule.unroll, so the search costs the
@@ -281,6 +287,8 @@ def _deeper(run: Run, mod: Modulo, s: Schedule) -> tuple[Schedule, Modulo]:
     """The deepest repetend at mod's period (more micro-batches in flight where the memory
     limits leave room), completed; it replaces `s` when shorter."""
     p, t0 = run.problem, time.perf_counter()
+    if run.value(s) <= _lower_bound(run)[0] + EPS:  # already at the proven bound: nothing to gain
+        return s, mod
     deep = deepest(p, mod, run.clock.left() * run.budget.deep_share, run.workers,
                    run.budget.repetend_stall(len(p.block_ids)))
     if deep is not None and deep.in_flight(p) > mod.in_flight(p) and run.clock.left() > 0:
