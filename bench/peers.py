@@ -9,11 +9,14 @@ costs and half the activation, so M_B is 2p chunk units). Every applicable basel
 method does not apply or cannot meet the limit). `peer` is the zero-bubble repository's own
 scheduler on the same costs (its ZB heuristic on `zb`, its ZB-V construction on `zbv`), its
 per-device orders timed here by tessel.timing and validated by the four rules; `x` where it raises
-or breaks the limit. `tessel > ZB` flags rows where tessel is longer than the best zero-bubble
-baseline (zb-h1, zb-h2, zb-v*) that applies.
+or breaks the limit. `won by` is where tessel's schedule came from (its repetend, the whole solve, or
+a baseline it raced); `own` (with --own) is the same search with no baseline raced
+(Budget(race=False)): what its repetend and completion reach on their own. `tessel > ZB` flags rows
+where tessel is longer than the best zero-bubble baseline (zb-h1, zb-h2, zb-v*) that applies.
 
     .venv/bin/python bench/peers.py --zb-repo PATH                 # writes bench/results/peers.md
     .venv/bin/python bench/peers.py --quick --time-limit 5 -o /tmp/peers.md
+    .venv/bin/python bench/peers.py --p 8 16 --latency-only --memory 2 --own -o /tmp/peers-mem.md
 
 PATH is a checkout of github.com/sail-sg/zero-bubble-pipeline-parallelism (its scheduler is pure
 Python: loaded from the files, nothing else of Megatron is imported; without it the peer column is
@@ -40,7 +43,7 @@ from tessel.baselines import BASELINES, BaselineError, applicable
 from tessel.key import Key
 from tessel.placement import Placement, atomic_write
 from tessel.schedule import EPS, Schedule
-from tessel.search import search
+from tessel.search import Budget, search
 from tessel.timing import earliest_starts
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -78,12 +81,13 @@ class Row:
         return self.memory * self.p * (1 if self.shape == "zb" else 2)
 
 
-def grid(quick: bool) -> list[Row]:
-    ps = (4,) if quick else (4, 8, 16)
+def grid(quick: bool, ps: Sequence[int] = (), latency: Sequence[bool] = (False, True),
+         memory: Sequence[int] = (1, 2)) -> list[Row]:
+    ps = tuple(ps) or ((4,) if quick else (4, 8, 16))
     rows = []
     for p in ps:
         ms = sorted({3 * p, 24} if quick else {3 * p, 24, 64, 128})
-        for shape, m, costs, lat, mem in itertools.product(("zb", "zbv"), ms, ("unit", "profiled"), (False, True), (1, 2)):
+        for shape, m, costs, lat, mem in itertools.product(("zb", "zbv"), ms, ("unit", "profiled"), latency, memory):
             rows.append(Row(shape, p, m, costs, lat, mem))
     return rows
 
@@ -165,7 +169,7 @@ def timed(fn: Callable[[], Schedule]) -> tuple[float | str, float]:
     return s.makespan, time.perf_counter() - t0
 
 
-def run_row(row: Row, mods: dict[str, Any] | None, time_limit: float | None) -> dict[str, Any]:
+def run_row(row: Row, mods: dict[str, Any] | None, time_limit: float | None, own: bool = False) -> dict[str, Any]:
     p = row.placement()
     out: dict[str, Any] = {"bound": _bound(p, row.m)}
     fits = applicable(p)
@@ -178,7 +182,18 @@ def run_row(row: Row, mods: dict[str, Any] | None, time_limit: float | None) -> 
             out[name] = "-"
     out["baseline_s"] = secs
     out["peer"] = run_peer(mods, row, p)
-    out["tessel"], out["tessel_s"] = timed(lambda: search(p, row.m, memory=row.limit, time_limit=time_limit))
+    won: list[str] = []
+
+    def tessel() -> Schedule:
+        s = search(p, row.m, memory=row.limit, time_limit=time_limit)
+        won.append(str(s.meta["base"]))
+        return s
+    out["tessel"], out["tessel_s"] = timed(tessel)
+    out["base"] = won[0] if won else "-"
+    out["own"] = "-"
+    if own:  # the search on its own: no baseline raced
+        out["own"], _ = timed(lambda: search(p, row.m, memory=row.limit, time_limit=time_limit,
+                                             budget=Budget(race=False)))
     zb = [out[n] for n in ZB_FAMILY if isinstance(out[n], (int, float))]
     out["best_zb"] = min(zb) if zb else None
     t = out["tessel"]
@@ -198,13 +213,14 @@ def fmt(x: Any) -> str:
 
 
 def table(rows: Sequence[Row], results: Sequence[dict[str, Any]]) -> list[str]:
-    head = ["placement", "p", "m", "costs", "latency", "memory", "bound", *COLUMNS, "peer", "tessel",
+    head = ["placement", "p", "m", "costs", "latency", "memory", "bound", *COLUMNS, "peer", "tessel", "won by", "own",
             "tessel s", "baseline s (max)", "tessel / bound", "best ZB / bound", "tessel > ZB"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row, r in zip(rows, results):
         t, z, lb = r["tessel"], r["best_zb"], r["bound"]
         cells = [row.shape, row.p, row.m, row.costs, "yes" if row.latency else "0", f"{row.memory} M_B = {row.limit}",
-                 fmt(lb), *(fmt(r[c]) for c in COLUMNS), fmt(r["peer"]), fmt(t), f"{r['tessel_s']:.1f}",
+                 fmt(lb), *(fmt(r[c]) for c in COLUMNS), fmt(r["peer"]), fmt(t), r["base"], fmt(r["own"]),
+                 f"{r['tessel_s']:.1f}",
                  f"{r['baseline_s']:.2f}", f"{t / lb:.4f}" if isinstance(t, (int, float)) else "-",
                  f"{z / lb:.4f}" if z is not None else "-", "**yes**" if r["worse"] else ""]
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
@@ -216,18 +232,33 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="p = 4 and m in {12, 24} only")
     ap.add_argument("--time-limit", type=float, default=None, help="seconds per tessel search (default: its own)")
     ap.add_argument("--zb-repo", default=None, help="checkout of the zero-bubble repository (peer column)")
+    ap.add_argument("--p", type=int, nargs="*", default=[], help="device counts (default: 4, 8, 16; --quick: 4)")
+    ap.add_argument("--own", action="store_true", help="also the search with no baseline raced (column own)")
+    ap.add_argument("--latency-only", action="store_true", help="only the rows with edge latency")
+    ap.add_argument("--memory", type=int, nargs="*", default=[1, 2], help="multiples of M_B (default: 1 2)")
     ap.add_argument("-o", "--output", default=str(ROOT / "bench" / "results" / "peers.md"))
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
     mods = load_peer(args.zb_repo) if args.zb_repo else None
-    rows = grid(args.quick)
+    rows = grid(args.quick, args.p, (True,) if args.latency_only else (False, True), args.memory)
     results = []
     for i, row in enumerate(rows):
-        results.append(run_row(row, mods, args.time_limit))
+        results.append(run_row(row, mods, args.time_limit, args.own))
         r = results[-1]
         print(f"[{i + 1}/{len(rows)}] {row}: bound {fmt(r['bound'])} best ZB {fmt(r['best_zb'])} "
               f"peer {fmt(r['peer'])} tessel {fmt(r['tessel'])} ({r['tessel_s']:.1f} s)", flush=True)
         write(args, rows[:len(results)], results, mods is not None, len(rows))  # a partial table survives a timeout
+
+
+def _options(args: argparse.Namespace) -> list[str]:
+    """The options of this run, as typed (the peer's path aside)."""
+    out = [f"--time-limit {args.time_limit:g}"] if args.time_limit else []
+    out += ["--quick"] if args.quick else []
+    out += ["--p " + " ".join(map(str, args.p))] if args.p else []
+    out += ["--latency-only"] if args.latency_only else []
+    out += ["--own"] if args.own else []
+    out += ["--memory " + " ".join(map(str, args.memory))] if args.memory != [1, 2] else []
+    return out
 
 
 def write(args: argparse.Namespace, rows: Sequence[Row], results: Sequence[dict[str, Any]], peer: bool,
@@ -244,8 +275,7 @@ def write(args: argparse.Namespace, rows: Sequence[Row], results: Sequence[dict[
              f"Machine: {platform.machine()}, python {platform.python_version()}, shared by other jobs.", "",
              f"Rows where tessel is longer than the best zero-bubble baseline: {worse} of {len(rows)}{done}.", "",
              *table(rows, results), "",
-             "Reproduce: `.venv/bin/python bench/peers.py --zb-repo PATH"
-             + (f" --time-limit {args.time_limit:g}" if args.time_limit else "") + (" --quick`" if args.quick else "`")]
+             "Reproduce: `.venv/bin/python bench/peers.py --zb-repo PATH " + " ".join(_options(args)) + "`"]
     atomic_write(args.output, "\n".join(lines) + "\n")
 
 

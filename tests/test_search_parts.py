@@ -15,7 +15,7 @@ from tessel.search.fast import construct, constructions, packed
 from tessel.search.kernel import kernel_starts
 from tessel.search.modulo import Modulo, fits, steady_memory
 from tessel.search.problem import least_memory, make_problem
-from tessel.search.repetend import find_repetend, modulo_of, solve_period
+from tessel.search.repetend import RepetendResult, deepest, find_repetend, modulo_of, retry_undecided, solve_period
 from tessel.search.solver import Model
 
 
@@ -179,3 +179,30 @@ def test_repetend_search_proves_smaller_periods_infeasible() -> None:
     # below the Little's-law bound nothing is even tried
     assert all(t >= 8 * c for c, t, _ in res.tried)
     assert Modulo(8, res.modulo.phase, res.modulo.offset).per_micro_batch == 8
+
+
+def test_the_deepest_repetend_fills_the_memory_it_is_given() -> None:
+    """zb with latency at twice 1F1B's memory: the least-span repetend keeps p - d micro-batches on
+    device d; the deepest one at the same period holds more, up to the limit and never above it."""
+    p = make_problem(library.zb(4, forward=1, backward=1, weight=1, latency=0.5), 8)
+    least = find_repetend(p, 30).modulo
+    deep = deepest(p, least, 30, 1)
+    assert deep is not None and deep.period == least.period == 6  # grid of 0.5
+    assert steady_memory(p, least) == [4, 3, 2, 1]
+    assert fits(p, deep) and sum(steady_memory(p, deep)) > sum(steady_memory(p, least))
+    assert max(steady_memory(p, deep)) == 8
+    unrolled = p.grid_schedule(20, deep.unrolled(range(20)))  # rule 4 agrees with the formula
+    assert max(unrolled.peak_memory) <= 8
+    assert deepest(make_problem(library.zb(4), None), least, 30, 1) is None  # no limit: nothing to fill
+
+
+def test_an_undecided_period_is_tried_again_and_replaces_a_longer_repetend() -> None:
+    p = make_problem(library.build("vshape", devices=4), 8)
+    slow = next(m for m in constructions(p, p.period_bound + 2) if fits(p, m))
+    res = RepetendResult(slow, "construction", "none", False, ((1, p.period_bound, "unknown"),),
+                         ((1, p.period_bound),), 0.0)
+    again = retry_undecided(p, res, 30, 1, 0.5)
+    assert again.modulo.period == p.period_bound < slow.period and fits(p, again.modulo)
+    assert again.period_optimal and again.undecided == () and again.tried[-1][:2] == (1, p.period_bound)
+    s = p.grid_schedule(12, again.modulo.unrolled(range(12)))
+    assert s.errors() == []

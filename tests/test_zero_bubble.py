@@ -146,3 +146,16 @@ def test_cli_runs_the_new_baselines_with_weight_duration(tessel, tmp_path: Path)
     assert rc == 2 and "placement vshape takes forward, backward, memory, latency; not weight" in err
     rc, _, err = tessel("baseline", "zb-v", "zb", "--micro-batches", "4")
     assert rc == 2 and "zb-v needs a V" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("p", [2, 4])
+def test_the_search_on_its_own_reaches_the_bound_where_zb_h2_does(p: int) -> None:
+    """Latency F/2, memory 2 M_B: with no baseline raced, the search's own repetend and completion
+    (more micro-batches in flight where memory allows) reach 3n + (p-1)1.5, below ZB-H1's."""
+    from tessel.search import Budget, search
+    z = library.zb(p, forward=1, backward=1, weight=1, latency=0.5)
+    n = 3 * p
+    s = search(z, n, memory=2 * p, budget=Budget(race=False))
+    assert s.errors() == [] and s.meta["base"] == "repetend"
+    assert s.makespan == 3 * n + (p - 1) * 1.5 < BASELINES["zb-h1"](z, n, 2 * p).makespan
+    assert max(s.peak_memory) <= 2 * p

@@ -24,9 +24,10 @@ __all__ = ["MODES", "OBJECTIVES", "Budget", "MemoryLimitError", "SearchReport", 
 
 def search(placement: Placement, micro_batches: int, memory: Number | Sequence[Number] | None = None,
            mode: str = "tessel", time_limit: float | None = None, workers: int | None = None,
-           progress: Any = None, objective: str = "makespan", started: float | None = None) -> Schedule:
+           progress: Any = None, objective: str = "makespan", started: float | None = None,
+           budget: Budget | None = None) -> Schedule:
     """See orchestrate.search; `started` (a time.perf_counter() value) is when the wall clock of
-    the time limit started, default now."""
+    the time limit started, default now; `budget` how the phases share it (default Budget())."""
     started = time.perf_counter() if started is None else started
     from .orchestrate import search as run
-    return run(placement, micro_batches, memory, mode, time_limit, workers, progress, objective, started)
+    return run(placement, micro_batches, memory, mode, time_limit, workers, progress, objective, started, budget)

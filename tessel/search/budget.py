@@ -22,11 +22,15 @@ class Budget:
     reserve_per_task: float = 4e-5  # seconds of that reserve per task of the final schedule
     start_share: float = 0.1  # constructions tried upward from the bound before one micro-batch at a time
     repetend_share: float = 0.5  # the period search (mode tessel)
+    retry_share: float = 0.4  # tessel: periods the period search left undecided, tried again with more work
+    deep_share: float = 0.2  # the deepest repetend at the chosen period (the memory the limits leave)
     polish_share: float = 0.25  # fast: the solver polishing a construction that fits memory
     polish_cap: float = 10.0  # fast: seconds of that polish at most
     repair_share: float = 0.5  # fast: the solver repairing memory when no construction fits at the bound
     exact_hint_share: float = 0.3  # exact: the tessel schedule that hints the whole-problem solve
     race_share: float = 0.5  # the baselines raced at the start (skipped when one would take longer)
+    fast_race_share: float = 0.8  # fast: its clock is short and the baselines are its best constructions
+    race: bool = True  # race the baselines at all (off: the search's own schedule, for benchmarks)
     baseline_per_task: float = 1e-4  # seconds one baseline is expected to take per task, until measured
     fit_share: float = 0.5  # the one-micro-batch solve that proves (or finds) that memory fits
     fast_small: float = 2.0  # fast: seconds at most up to FAST_SMALL_BLOCKS blocks,

@@ -5,9 +5,15 @@ Every mode is anytime (budget.py): before any solve it holds a valid schedule, t
 applicable baselines and a repetend that fits memory (a construction, or one micro-batch at a
 time), and every later step only replaces it by a better one.
 
-tessel: the period search brackets between that repetend's period and the bound, then completion.
+tessel: the period search brackets between that repetend's period and the bound (periods it left
+        undecided are tried again with more work on the clock it left), then completion.
 fast:   constructed repetend, the solver only polishes its span (stops when it stalls), completion.
 exact:  the tessel schedule as a hint, then the whole N-micro-batch problem in one solve.
+
+Completion runs twice where memory is limited: on the least-span repetend, and on the deepest one
+at the same period (repetend.deepest: the most memory-time the limits allow, so more micro-batches
+in flight where a device has room); compaction then fills the warm-up and drains the cool-down
+through the deeper pattern (ZB-H2's shape on `zb`, found, not copied). The shorter one is kept.
 
 Completion runs on a working number of micro-batches big enough for a steady state (or N
 itself when N is smaller); larger N is reached by Schedule.unroll, so the search costs the
@@ -45,14 +51,14 @@ from .fast import NoFitError, constructions, sequential, starting_repetend
 from .kernel import kernel_starts
 from .modulo import Modulo, fits, steady_memory
 from .problem import MemoryLimitError, Problem, least_memory, make_problem
-from .repetend import RepetendResult, find_repetend, modulo_of, solve_period
+from .repetend import RepetendResult, deepest, find_repetend, modulo_of, retry_undecided, solve_period
 from .report import SearchReport
 from .solver import DEFAULT_WORKERS, Progress
 
 log = logging.getLogger(__name__)
-FREE_TASKS = 200  # most tasks one completion solve frees at each end
+FREE_TASKS = 800  # most tasks one completion solve frees at each end
 FREE_MICRO_BATCHES = 6  # and most micro-batches
-BASELINE_TASKS = 20_000  # baselines race against the search up to this many tasks (N x blocks)
+BASELINE_TASKS = 40_000  # baselines race against the search up to this many tasks (N x blocks)
 WHOLE_TASKS = 160  # up to this many tasks, tessel also improves the whole schedule in one solve
 KERNEL_TRIES = 8  # window starts checked by a real unroll before giving up on a candidate
 PATIENCE = 4  # the second round of completion waits this many times longer for an improvement
@@ -94,23 +100,25 @@ def objective_value(s: Schedule, objective: str = "makespan") -> Number:
 
 def search(placement: Placement, micro_batches: int, memory: Number | Sequence[Number] | None = None,
            mode: str = "tessel", time_limit: float | None = None, workers: int | None = None,
-           progress: Progress | None = None, objective: str = "makespan", started: float | None = None) -> Schedule:
+           progress: Progress | None = None, objective: str = "makespan", started: float | None = None,
+           budget: Budget | None = None) -> Schedule:
     """The schedule of `micro_batches` micro-batches under per-device `memory` limits.
 
     Raises MemoryLimitError (a ValueError) naming the least limit per device when one
     micro-batch cannot fit; otherwise returns a valid schedule within the time limit (a wall
     clock from `started`, a time.perf_counter() value, default now), the best found, and says
-    how it got it in meta (SearchReport)."""
+    how it got it in meta (SearchReport). `budget` shares the clock between the phases (default
+    Budget(); Budget(race=False) leaves the baselines out, to measure the search on its own)."""
     t0 = time.perf_counter() if started is None else started
     _check_args(micro_batches, mode, time_limit, workers, objective)
-    budget = Budget()
+    budget = budget or Budget()
     problem = make_problem(placement, memory)
     limit = time_limit if time_limit is not None else DEFAULT_LIMIT[mode]
     if mode == "fast":
         limit = min(limit, budget.fast_limit(len(placement.blocks)))
     limit -= budget.reserve(limit, micro_batches * len(placement.blocks))
     run = Run(problem, micro_batches, Clock(limit, t0), workers or DEFAULT_WORKERS, progress, budget, objective)
-    rivals = _race(run)
+    rivals = _race(run, budget.fast_race_share if mode == "fast" else budget.race_share)
     start = _start(run, rivals)
     res: RepetendResult | None = None
     mod: Modulo | None = None
@@ -120,8 +128,7 @@ def search(placement: Placement, micro_batches: int, memory: Number | Sequence[N
         s, mod = _exact(run, start, rivals)
     else:
         res = _tessel_repetend(run, start) if mode == "tessel" else _fast_repetend(run, start)
-        mod = res.modulo
-        s = finish(run, mod, rivals)
+        s, mod = finish(run, res.modulo, rivals)
     s = _final(run, s, rivals)
     report = _report(run, mode, s, mod, res)
     run.report(phase="done", makespan=s.makespan, period=report.period)
@@ -142,17 +149,17 @@ def _check_args(n: int, mode: str, time_limit: float | None, workers: int | None
 
 
 # ---- the starting point ------------------------------------------------------------------------
-def _race(run: Run) -> list[Schedule]:
+def _race(run: Run, share: float) -> list[Schedule]:
     """The applicable baselines on the real placement, greedy (the slowest) last: the schedules
-    to beat from the start. One that would take more than the race's share of the clock is skipped."""
+    to beat from the start. One that would take more than `share` of the clock left is skipped."""
     p, n = run.problem.placement, run.micro_batches
     tasks = n * len(p.blocks)
-    if tasks > BASELINE_TASKS:
+    if tasks > BASELINE_TASKS or not run.budget.race:
         return []
     t0, out = time.perf_counter(), []
     per_baseline = tasks * run.budget.baseline_per_task
     for name in sorted(applicable(p), key=lambda x: x == "greedy"):
-        if per_baseline > run.clock.left() * run.budget.race_share:
+        if per_baseline > run.clock.left() * share:
             log.info("baseline %s skipped: about %.1fs, over the race's share", name, per_baseline)
             continue
         t1 = time.perf_counter()
@@ -217,8 +224,10 @@ def _task_values(values: Mapping[Any, int]) -> dict[Key, int]:
 def _tessel_repetend(run: Run, start: Modulo) -> RepetendResult:
     p, t0 = run.problem, time.perf_counter()
     run.report(phase="repetend", period=p.real(p.period_bound))
-    res = find_repetend(p, run.clock.left() * run.budget.repetend_share, run.workers, run.progress, start,
-                        run.budget.repetend_stall(len(p.block_ids)))
+    stall = run.budget.repetend_stall(len(p.block_ids))
+    res = find_repetend(p, run.clock.left() * run.budget.repetend_share, run.workers, run.progress, start, stall)
+    if res.undecided:  # the clock the period search left: the undecided periods get more work
+        res = retry_undecided(p, res, run.clock.left() * run.budget.retry_share, run.workers, stall)
     run.statuses["repetend"] = res.status
     run.statuses["periods_tried"] = [[c, p.real(t), st] for c, t, st in res.tried]
     run.lap("repetend", t0)
@@ -252,9 +261,47 @@ def _fast_repetend(run: Run, start: Modulo) -> RepetendResult:
 
 
 # ---- completion --------------------------------------------------------------------------------
-def finish(run: Run, mod: Modulo, rivals: Sequence[Schedule]) -> Schedule:
-    """Complete the repetend for N micro-batches, compare with the baselines completed on the grid."""
+def finish(run: Run, mod: Modulo, rivals: Sequence[Schedule]) -> tuple[Schedule, Modulo]:
+    """Complete the repetend for N micro-batches (and the deepest repetend at its period, which
+    uses the memory the limits leave), compare with the baselines completed on the grid; the
+    schedule and the repetend it completes."""
     p, n, t0 = run.problem, run.micro_batches, time.perf_counter()
+    s = _completed(run, mod)
+    run.lap("completion", t0)
+    s, mod = _deeper(run, mod, s)
+    free, work = _sizes(p, mod, n)
+    stall = run.budget.completion_stall(free[-1], len(p.block_ids))
+    t1 = time.perf_counter()
+    based = _completed_baseline(run, mod, free, stall, s, rivals)
+    if based is not None and run.value(based) < run.value(s) - EPS:
+        s = based
+    run.lap("baselines", t1)
+    if n == work and n * len(p.block_ids) <= WHOLE_TASKS and run.clock.left() > 0:
+        t2 = time.perf_counter()
+        s = _whole(run, mod, s, stall)
+        run.lap("whole", t2)
+    return s, mod
+
+
+def _deeper(run: Run, mod: Modulo, s: Schedule) -> tuple[Schedule, Modulo]:
+    """The deepest repetend at mod's period (more micro-batches in flight where the memory
+    limits leave room), completed; it replaces `s` when shorter."""
+    p, t0 = run.problem, time.perf_counter()
+    if run.value(s) <= _lower_bound(run)[0] + EPS:  # already at the proven bound: nothing to gain
+        return s, mod
+    deep = deepest(p, mod, run.clock.left() * run.budget.deep_share, run.workers,
+                   run.budget.repetend_stall(len(p.block_ids)))
+    if deep is not None and deep.in_flight(p) > mod.in_flight(p) and run.clock.left() > 0:
+        other = _completed(run, deep, "completion_deep")
+        if run.value(other) < run.value(s) - EPS:
+            s, mod = other, deep
+    run.lap("deepest", t0)
+    return s, mod
+
+
+def _completed(run: Run, mod: Modulo, phase: str = "completion") -> Schedule:
+    """The repetend completed (warm-up and cool-down solves, compaction) and unrolled to N."""
+    p, n = run.problem, run.micro_batches
     free, work = _sizes(p, mod, n)
     stall = run.budget.completion_stall(free[-1], len(p.block_ids))
     plain = compact(p, work, plain_unroll(mod, work))
@@ -265,19 +312,9 @@ def finish(run: Run, mod: Modulo, rivals: Sequence[Schedule]) -> Schedule:
         # a solve stopped on a stall is at the mercy of the machine's load: go again, more patiently
         done = complete(p, first, work, free, run.clock.left(), run.workers, PATIENCE * stall, p.lower_bound(work))
         statuses += done.statuses
-    run.statuses["completion"] = statuses
+    run.statuses[phase] = statuses
     s = _own(run, mod, work, [done.starts, first, plain])
-    run.report(phase="completion", makespan=s.makespan, period=_per_micro_batch(p, mod))
-    run.lap("completion", t0)
-    t1 = time.perf_counter()
-    other = _completed_baseline(run, mod, free, stall, s, rivals)
-    if other is not None and run.value(other) < run.value(s) - EPS:
-        s = other
-    run.lap("baselines", t1)
-    if n == work and n * len(p.block_ids) <= WHOLE_TASKS and run.clock.left() > 0:
-        t2 = time.perf_counter()
-        s = _whole(run, mod, s, stall)
-        run.lap("whole", t2)
+    run.report(phase=phase, makespan=s.makespan, period=_per_micro_batch(p, mod))
     return s
 
 
@@ -517,7 +554,7 @@ def _exact(run: Run, start: Modulo, rivals: Sequence[Schedule]) -> tuple[Schedul
     share = run.clock.share(run.budget.exact_hint_share)
     sub = Run(p, n, share, run.workers, run.progress, run.budget, run.objective)
     res = _tessel_repetend(sub, start)
-    hint_schedule = finish(sub, res.modulo, rivals)
+    hint_schedule, mod = finish(sub, res.modulo, rivals)
     run.statuses.update(hint=sub.statuses)
     run.lap("hint", t0)
     t1 = time.perf_counter()
@@ -529,5 +566,5 @@ def _exact(run: Run, start: Modulo, rivals: Sequence[Schedule]) -> tuple[Schedul
     s = hint_schedule
     if out.found and out.objective is not None and p.real(out.objective) < hint_schedule.makespan - EPS:
         s = p.schedule(n, _task_values(out.values), None, None, {"base": "exact"})
-    return s, res.modulo
+    return s, mod
 

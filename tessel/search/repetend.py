@@ -21,7 +21,7 @@ import logging
 import math
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any
 
@@ -36,6 +36,7 @@ MAX_COPIES = 4
 COPIES_SHARE = 0.5  # of the time left that patterns of several micro-batches may take
 SLICE_SHARE = 0.3  # of the period search's time left that one period's solve may take
 MIN_SLICE = 0.05  # seconds: a solve shorter than this decides nothing
+ESCALATE = 4  # a period left undecided is tried again with this many times the stall's work
 
 
 @dataclass(frozen=True)
@@ -56,8 +57,9 @@ class _Found:
     status: str
 
 
-def modulo_model(problem: Problem, period: int, copies: int, horizon: int) -> Model:
-    """The model of one repetend (see the module doc); its objective is the span."""
+def modulo_model(problem: Problem, period: int, copies: int, horizon: int, objective: str = "span") -> Model:
+    """The model of one repetend (see the module doc); its objective is the span, or with
+    objective "hold" the most memory-time held (the deepest pattern the limits allow)."""
     m, T = Model(), period
     for j in range(copies):
         for b in problem.block_ids:
@@ -76,8 +78,22 @@ def modulo_model(problem: Problem, period: int, copies: int, horizon: int) -> Mo
     _steady_memory(m, problem, T, copies, horizon)
     ends = [m.vars[("s", b, j)] + problem.duration[b] for j in range(copies) for b in problem.block_ids]
     span = m.latest("span", 0, horizon, ends)
-    m.minimize(span, lower=int(bounds.paths(problem.units).critical_path))
+    if objective == "hold":
+        m.minimize(-_held(m, problem, copies))
+    else:
+        m.minimize(span, lower=int(bounds.paths(problem.units).critical_path))
     return m
+
+
+def _held(m: Model, problem: Problem, copies: int) -> Any:
+    """Memory-time held by one repetition on the limited devices: each release's end minus
+    each allocation's start, weighted by the amount (linear in the starts)."""
+    terms = []
+    for d in problem.limited_devices():
+        for b in problem.memory_blocks(d):
+            mem, end = problem.memory[b], problem.duration[b] if problem.memory[b] < 0 else 0
+            terms += [-mem * (m.vars[("s", b, j)] + end) for j in range(copies)]
+    return sum(terms)
 
 
 def _steady_memory(m: Model, problem: Problem, T: int, copies: int, horizon: int) -> None:
@@ -117,12 +133,30 @@ def solve_period(problem: Problem, period: int, time_limit: float | None, worker
     horizon = hint.span(problem) if hint is not None and usable else _horizon(problem, period, copies)
     m = modulo_model(problem, period, copies, horizon)
     if hint is not None and usable:
-        for (b, j), s in hint.starts().items():
-            m.hint(m.vars[("s", b, j)], s)
-            m.hint(m.vars[("q", b, j)], hint.offset[(b, j)])
-            m.hint(m.vars[("r", b, j)], hint.phase[(b, j)])
+        _hint(m, hint)
     return m.solve(time_limit, workers, progress, phase="repetend", stall=stall,
                    report=lambda obj: {"period": problem.real(period), "span": problem.real(obj)})
+
+
+def deepest(problem: Problem, mod: Modulo, time_limit: float, workers: int | None,
+            stall: float | None = None) -> Modulo | None:
+    """At `mod`'s period and copies, the repetend holding the most memory the limits allow:
+    micro-batches stay in flight longer where memory is spare, so compaction and completion can
+    fill the warm-up and drain the cool-down through them (None without limits or a solution)."""
+    if not problem.limited_devices() or time_limit <= 0:
+        return None
+    T, copies = mod.period, mod.copies
+    m = modulo_model(problem, T, copies, _horizon(problem, T, copies), objective="hold")
+    _hint(m, mod)
+    res = m.solve(time_limit, workers, phase="deepest", stall=stall)
+    return modulo_of(res.values, problem, T, copies) if res.found else None
+
+
+def _hint(m: Model, mod: Modulo) -> None:
+    for (b, j), s in mod.starts().items():
+        m.hint(m.vars[("s", b, j)], s)
+        m.hint(m.vars[("q", b, j)], mod.offset[(b, j)])
+        m.hint(m.vars[("r", b, j)], mod.phase[(b, j)])
 
 
 def _horizon(problem: Problem, period: int, copies: int) -> int:
@@ -226,6 +260,27 @@ def find_repetend(problem: Problem, time_limit: float, workers: int | None = Non
     optimal = ratio == floor or run.proven_below(ratio, floor)
     return RepetendResult(best.modulo, best.found_by, best.status, optimal, tuple(run.tried),
                           tuple(run.undecided(ratio)), time.perf_counter() - t0)
+
+
+def retry_undecided(problem: Problem, res: RepetendResult, time_limit: float, workers: int | None,
+                    stall: float) -> RepetendResult:
+    """The periods `res` left undecided below its own, smallest first, tried again with ESCALATE
+    times the work (a large placement may need more than a stall's work for a first solution);
+    the first one found replaces the result's repetend."""
+    t0, tried = time.perf_counter(), list(res.tried)
+    for copies, T in sorted(res.undecided, key=lambda x: (Fraction(x[1], x[0]), x[0])):
+        left = time_limit - (time.perf_counter() - t0)
+        if left <= MIN_SLICE:
+            break
+        out = solve_period(problem, T, left, workers, None, None, copies, stall * ESCALATE)
+        tried.append((copies, T, out.status))
+        if out.found:
+            mod = modulo_of(out.values, problem, T, copies)
+            below = tuple(x for x in res.undecided if Fraction(x[1], x[0]) < mod.per_micro_batch)
+            floor = max(Fraction(problem.period_bound), problem.memory_period_bound)
+            return RepetendResult(mod, "solver", out.status, mod.per_micro_batch == floor, tuple(tried), below,
+                                  res.seconds + time.perf_counter() - t0)
+    return replace(res, tried=tuple(tried), seconds=res.seconds + time.perf_counter() - t0)
 
 
 def default_stall(problem: Problem) -> float:
