@@ -78,8 +78,10 @@ def _check_memory(name: str, s: Schedule, limit: Limit) -> None:
             raise BaselineError(f"{name} needs memory {peak:g} on device {d}, over its limit {cap:g}")
 
 
-def run_baseline(name: str, placement: Placement, micro_batches: int, memory_limit: Limit = None) -> Schedule:
-    """The validated schedule of baseline `name` for `micro_batches` under `memory_limit`."""
+def run_baseline(name: str, placement: Placement, micro_batches: int, memory_limit: Limit = None,
+                 repetend: bool = True) -> Schedule:
+    """The validated schedule of baseline `name` for `micro_batches` under `memory_limit`; with
+    `repetend`, its steady state found too (it unrolls), which costs a few builds more."""
     base = _get(name)
     if micro_batches < 1:
         raise BaselineError(f"micro-batches must be >= 1, got {micro_batches}")
@@ -88,7 +90,7 @@ def run_baseline(name: str, placement: Placement, micro_batches: int, memory_lim
     make = lru_cache(partial(_make, base, placement, memory_limit))
     s = make(micro_batches)
     _check_memory(name, s, memory_limit)
-    s = replace(_repetend(base, make, s), memory_limit=normalise_limit(memory_limit, placement.devices),
+    s = replace(_repetend(base, make, s) if repetend else s, memory_limit=normalise_limit(memory_limit, placement.devices),
                 meta={"method": name, "search_seconds": round(time.perf_counter() - t0, 4)})
     log.info("%s on %s, %d micro-batches: makespan %s", name, placement.name, micro_batches, s.makespan)
     return s.validate()

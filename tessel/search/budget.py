@@ -31,7 +31,8 @@ class Budget:
     race_share: float = 0.5  # the baselines raced at the start (skipped when one would take longer)
     fast_race_share: float = 0.8  # fast: its clock is short and the baselines are its best constructions
     race: bool = True  # race the baselines at all (off: the search's own schedule, for benchmarks)
-    baseline_per_task: float = 1e-4  # seconds one baseline is expected to take per task, until measured
+    baseline_per_task: float = 3e-5  # seconds one baseline (no repetend) is expected to take per task, until measured
+    repetend_builds: float = 6.0  # a raced baseline that wins: finding its repetend costs about this many builds
     fit_share: float = 0.5  # the one-micro-batch solve that proves (or finds) that memory fits
     fast_small: float = 2.0  # fast: seconds at most up to FAST_SMALL_BLOCKS blocks,
     fast_large: float = 20.0  # ... and at FAST_LARGE_BLOCKS (linear between, proportional above)

@@ -37,7 +37,7 @@ from fractions import Fraction
 from typing import Any
 
 from .. import bounds
-from ..baselines import BASELINES, BaselineError, applicable
+from ..baselines import BASELINES, BaselineError, applicable, run_baseline
 from ..errors import TesselError
 from ..key import Key
 from ..numeric import fmt, rounded
@@ -163,8 +163,8 @@ def _race(run: Run, share: float) -> list[Schedule]:
             log.info("baseline %s skipped: about %.1fs, over the race's share", name, per_baseline)
             continue
         t1 = time.perf_counter()
-        try:
-            out.append(BASELINES[name](p, n, run.problem.real_limit()))
+        try:  # without its repetend: a few times cheaper; found later if this one wins
+            out.append(run_baseline(name, p, n, run.problem.real_limit(), repetend=False))
         except (BaselineError, ScheduleError) as e:  # it does not fit this placement or memory
             log.info("baseline %s not a candidate: %s", name, e)
         per_baseline = time.perf_counter() - t1
@@ -452,9 +452,19 @@ def _final(run: Run, s: Schedule, rivals: Sequence[Schedule]) -> Schedule:
         s = _compacted(s)
     best = min([s, *rivals], key=run.value)
     if best is not s and run.value(best) < run.value(s) - EPS:
-        s = best.with_meta(base=str(best.meta.get("method")))
+        s = _with_repetend(run, best).with_meta(base=str(best.meta.get("method")))
     run.lap("final", t0)
     return s
+
+
+def _with_repetend(run: Run, rival: Schedule) -> Schedule:
+    """A raced baseline that won, again with its repetend (so it unrolls) when the clock allows
+    the few builds that takes; as raced otherwise."""
+    name = str(rival.meta.get("method"))
+    if run.clock.left() < run.budget.repetend_builds * float(rival.meta.get("search_seconds", 0)):
+        log.info("baseline %s kept without its repetend: no time left to find it", name)
+        return rival
+    return run_baseline(name, rival.placement, rival.micro_batches, run.problem.real_limit())
 
 
 def _compacted(s: Schedule) -> Schedule:
