@@ -34,6 +34,7 @@ from tessel.numeric import fmt
 from tessel.placement import Placement, atomic_write
 from tessel.schedule import Schedule
 from tessel.search import search
+from tessel.search.solver import DEFAULT_WORKERS
 
 ROOT = Path(__file__).resolve().parent.parent
 SUITE = ROOT.parent / "shared" / "bench" / "suite.json"
@@ -274,8 +275,8 @@ def main() -> None:
         "",
         f"`bench/search.py` on {platform.node() or 'this machine'} ({os.cpu_count()} cores, load average "
         f"{os.getloadavg()[0]:.1f} at the end), {time.strftime('%Y-%m-%d %H:%M')}, {time.perf_counter() - t0:.0f} s "
-        f"in all. CP-SAT with 2 workers. Reference figures: the paper's public implementation on this machine "
-        f"class, from suite.json. Every schedule below passed the four rules"
+        f"in all. CP-SAT with {DEFAULT_WORKERS} worker(s) (the default: deterministic). Reference figures: the "
+        f"paper's public implementation on this machine class, from suite.json. Every schedule below passed the four rules"
         f"{' and check_schedule.py' if args.check else ''}.",
         "",
         "## Targets",
