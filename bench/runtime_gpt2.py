@@ -42,11 +42,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch import Tensor, nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from runtime import ratio_interval, verdict  # noqa: E402
+from runtime import _timed, ratio_interval, verdict  # noqa: E402
 
 from tessel.baselines import BASELINES  # noqa: E402
 from tessel.builder import Stage, build_stages  # noqa: E402
@@ -161,14 +160,6 @@ def plain_stage(m: Model, flow: Any, rank: int, seed: int = 0) -> nn.Module:
 
 def cross_entropy(logits: Tensor, labels: Tensor) -> Tensor:
     return nn.functional.cross_entropy(logits.flatten(0, -2), labels.flatten())
-
-
-def _timed(fn: Callable[[], Any]) -> float:
-    dist.barrier()
-    t0 = time.perf_counter()
-    fn()
-    dist.barrier()
-    return time.perf_counter() - t0
 
 
 def _grad_rel(a: nn.Module | list[nn.Parameter], b: nn.Module | list[nn.Parameter]) -> float:

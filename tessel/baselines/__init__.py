@@ -20,7 +20,7 @@ from .repetend import detect, window_holds
 from .schedules import REGISTRY, Baseline, Limit
 from .shapes import BaselineError
 
-__all__ = ["BASELINES", "BaselineError", "applicable", "why_not", "run_baseline"]
+__all__ = ["BASELINES", "BaselineError", "applicable", "why_not", "run_baseline", "with_repetend"]
 log = logging.getLogger(__name__)
 # the most tasks of the small schedules built to find a steady state
 DETECT_TASKS = 50_000
@@ -94,6 +94,14 @@ def run_baseline(name: str, placement: Placement, micro_batches: int, memory_lim
                 meta={"method": name, "search_seconds": round(time.perf_counter() - t0, 4)})
     log.info("%s on %s, %d micro-batches: makespan %s", name, placement.name, micro_batches, s.makespan)
     return s.validate()
+
+
+def with_repetend(s: Schedule) -> Schedule:
+    """A schedule from `run_baseline(..., repetend=False)` with its repetend found now (it keeps
+    its tasks; only the few shorter builds the detection needs are made)."""
+    base = _get(str(s.meta.get("method")))
+    make = lru_cache(partial(_make, base, s.placement, s.memory_limit))
+    return _repetend(base, make, s)
 
 
 BASELINES: dict[str, Callable[[Placement, int, Limit], Schedule]] = {

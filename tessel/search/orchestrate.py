@@ -37,7 +37,7 @@ from fractions import Fraction
 from typing import Any
 
 from .. import bounds
-from ..baselines import BASELINES, BaselineError, applicable, run_baseline
+from ..baselines import BASELINES, BaselineError, applicable, run_baseline, with_repetend
 from ..errors import TesselError
 from ..key import Key
 from ..numeric import fmt, rounded
@@ -458,13 +458,12 @@ def _final(run: Run, s: Schedule, rivals: Sequence[Schedule]) -> Schedule:
 
 
 def _with_repetend(run: Run, rival: Schedule) -> Schedule:
-    """A raced baseline that won, again with its repetend (so it unrolls) when the clock allows
-    the few builds that takes; as raced otherwise."""
-    name = str(rival.meta.get("method"))
+    """A raced baseline that won, with its repetend (so it unrolls) when the clock allows the few
+    builds that takes; as raced otherwise."""
     if run.clock.left() < run.budget.repetend_builds * float(rival.meta.get("search_seconds", 0)):
-        log.info("baseline %s kept without its repetend: no time left to find it", name)
+        log.info("baseline %s kept without its repetend: no time left to find it", rival.meta.get("method"))
         return rival
-    return run_baseline(name, rival.placement, rival.micro_batches, run.problem.real_limit())
+    return with_repetend(rival)
 
 
 def _compacted(s: Schedule) -> Schedule:
