@@ -16,7 +16,7 @@ from pathlib import Path
 
 from tessel import library
 from tessel.baselines import BASELINES, applicable
-from tessel.placement import atomic_write
+from tessel.io import atomic_write
 
 
 def rows_for(devices: int, n: int) -> list[str]:

@@ -20,7 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from tessel.placement import Block, atomic_write, make_placement
+from tessel.io import atomic_write
+from tessel.placement import Block, make_placement
 
 ROOT = Path(__file__).resolve().parents[1]
 

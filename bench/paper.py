@@ -33,8 +33,9 @@ from typing import Any
 
 from tessel import costmodel as cm
 from tessel.baselines import BaselineError
+from tessel.io import atomic_write
 from tessel.methods import run_method
-from tessel.placement import Placement, atomic_write
+from tessel.placement import Placement
 from tessel.plan import Cluster, plan
 from tessel.plan.candidates import candidates
 from tessel.plan.planner import _baseline, _memory_check

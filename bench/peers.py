@@ -40,8 +40,9 @@ from typing import Any
 
 from tessel import library
 from tessel.baselines import BASELINES, BaselineError, applicable
+from tessel.io import atomic_write
 from tessel.key import Key
-from tessel.placement import Placement, atomic_write
+from tessel.placement import Placement
 from tessel.schedule import EPS, Schedule
 from tessel.search import Budget, search
 from tessel.timing import earliest_starts

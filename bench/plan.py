@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from tessel import costmodel as cm
-from tessel.placement import atomic_write
+from tessel.io import atomic_write
 from tessel.plan import Cluster, plan
 
 MODELS = ("gpt", "mt5", "flava", "alphafold")

@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.dags import random_case  # noqa: E402
 from tessel.baselines import BASELINES, BaselineError, applicable  # noqa: E402
-from tessel.placement import atomic_write  # noqa: E402
+from tessel.io import atomic_write  # noqa: E402
 from tessel.schedule import Schedule, ScheduleError  # noqa: E402
 from tessel.search import MemoryLimitError, search  # noqa: E402
 

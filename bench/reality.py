@@ -32,8 +32,8 @@ import torch
 import torch.distributed as dist
 
 from tessel import library
+from tessel.io import atomic_write
 from tessel.methods import run_method
-from tessel.placement import atomic_write
 from tessel.profiler import profile
 from tessel.runtime.comm import make_groups
 from tessel.runtime.executor import Executor

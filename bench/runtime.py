@@ -31,7 +31,7 @@ import torch.distributed as dist
 
 from tessel import library
 from tessel.baselines import BASELINES
-from tessel.placement import atomic_write
+from tessel.io import atomic_write
 from tessel.runtime.executor import Executor
 from tessel.runtime.launch import Options, launch
 from tessel.runtime.models import Config, example

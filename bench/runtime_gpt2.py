@@ -49,8 +49,9 @@ from runtime import _timed, ratio_interval, verdict  # noqa: E402
 
 from tessel.baselines import BASELINES  # noqa: E402
 from tessel.builder import Stage, build_stages  # noqa: E402
+from tessel.io import atomic_write  # noqa: E402
 from tessel.methods import run_method  # noqa: E402
-from tessel.placement import Placement, atomic_write  # noqa: E402
+from tessel.placement import Placement  # noqa: E402
 from tessel.runtime.dataflow import dataflow  # noqa: E402
 from tessel.runtime.hf import LABELS, TOKENS, Embedding, GPT2Blocks, Layers, gpt2_batch, gpt2_config, gpt2_model  # noqa: E402
 from tessel.runtime.launch import Options, launch  # noqa: E402

@@ -29,7 +29,8 @@ from pathlib import Path
 
 from tessel import library
 from tessel.baselines import BASELINES
-from tessel.placement import Number, Placement, atomic_write
+from tessel.io import atomic_write
+from tessel.placement import Number, Placement
 from tessel.schedule import Schedule
 from tessel.search import Budget, search
 

@@ -30,8 +30,9 @@ from typing import Any
 
 from tessel import bounds, library
 from tessel.baselines import BASELINES, applicable
+from tessel.io import atomic_write
 from tessel.numeric import fmt
-from tessel.placement import Placement, atomic_write
+from tessel.placement import Placement
 from tessel.schedule import Schedule
 from tessel.search import search
 from tessel.search.solver import DEFAULT_WORKERS

@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from tessel.placement import atomic_write
+from tessel.io import atomic_write
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN = ["-m", "tessel", "run", "--model", "mlp", "--placement", "vshape", "--devices", "4", "--micro-batches", "8",

@@ -20,9 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from . import library
+from .io import atomic_write
 from .methods import available_methods, run_method, why_not_method
 from .numeric import fmt
-from .placement import Number, Placement, atomic_write
+from .placement import Number, Placement
 from .render import render_placement
 from .schedule import Schedule, ScheduleError
 from .viz.compare import plot_comparison, plot_scaling

@@ -11,9 +11,10 @@ from typing import Any
 
 from . import bounds
 from .errors import LimitError, PlacementError, ScheduleError, quote
+from .io import atomic_write, read_document
 from .numeric import EPS as EPS
 from .numeric import snap as _num
-from .placement import MAX_VALUE, Number, Placement, atomic_write, in_range, placement_from_dict, read_document
+from .placement import MAX_VALUE, Number, Placement, in_range, placement_from_dict
 
 __all__ = ["Schedule", "ScheduleError", "Task", "Repetend", "Violation", "schedule_from_dict", "check_task_count"]
 

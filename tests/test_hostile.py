@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from tessel import library, placement
+from tessel import io as tessel_io
+from tessel import library
 from tessel.baselines import BASELINES
 from tessel.errors import LimitError, PlacementError, ScheduleError, TesselError
 from tessel.placement import Block, make_placement, placement_from_dict
@@ -107,7 +108,7 @@ def test_bad_placement_document_one_line_exit_2(case: str, tessel: Run, tmp_path
 
 def test_document_size_is_checked_before_reading(tessel: Run, tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(placement, "MAX_DOCUMENT_BYTES", 1000)
+    monkeypatch.setattr(tessel_io, "MAX_DOCUMENT_BYTES", 1000)
     path = tmp_path / "big.json"
     path.write_text(json.dumps(doc([blk(f"b{i}") for i in range(50)])))
     one_error_line(*tessel("show", path), "more than the 1,000 bytes accepted")

@@ -9,8 +9,9 @@ from typing import Any
 
 from ..baselines import BASELINES
 from ..errors import TesselError
+from ..io import read_document
 from ..methods import METHODS
-from ..placement import Placement, read_document
+from ..placement import Placement
 from ..schedule import FORMAT, Schedule, schedule_from_dict
 from .common import (
     UsageError,

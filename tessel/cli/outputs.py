@@ -10,7 +10,7 @@ import argparse
 from pathlib import Path
 
 from ..errors import OutputError
-from ..placement import check_writable
+from ..io import check_writable
 from ..schedule import Schedule
 
 PICTURE_SUFFIXES = (".png", ".svg")

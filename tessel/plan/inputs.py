@@ -13,7 +13,8 @@ from .. import library
 from ..baselines import why_not
 from ..costmodel import MIB, SPECS, BlockCost, Cost, ModelSpec, Segment, Unit
 from ..errors import TesselError
-from ..placement import Number, Placement, PlacementError, placement_from_dict, read_document
+from ..io import read_document
+from ..placement import Number, Placement, PlacementError, placement_from_dict
 from .candidates import Candidate, Cluster
 
 

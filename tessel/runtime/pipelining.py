@@ -13,7 +13,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..placement import PlacementError, atomic_write
+from ..io import atomic_write
+from ..placement import PlacementError
 from .dataflow import Dataflow
 from .program import Programs
 

@@ -10,7 +10,7 @@ from matplotlib.backends.backend_svg import FigureCanvasSVG
 from matplotlib.figure import Figure
 
 from ..errors import TesselError
-from ..placement import atomic_write
+from ..io import atomic_write
 
 CANVAS = {".png": FigureCanvasAgg, ".svg": FigureCanvasSVG}
 KIND_COLORS = {"forward": "#4C78A8", "backward": "#F58518", "weight": "#54A24B", "other": "#B279A2"}

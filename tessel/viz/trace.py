@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import TesselError
-from ..placement import atomic_write
+from ..io import atomic_write
 from ..schedule import EPS, Schedule
 
 US_PER = {"s": 1e6, "ms": 1e3, "us": 1.0, "ns": 1e-3}
