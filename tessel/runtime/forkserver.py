@@ -32,6 +32,19 @@ def start_early() -> None:
     multiprocessing.forkserver.ensure_running()
 
 
+def alive() -> bool:
+    """Whether this process's fork server is running (False when it was never started)."""
+    server: Any = multiprocessing.forkserver._forkserver
+    pid = getattr(server, "_forkserver_pid", None)
+    if pid is None:
+        return False
+    try:  # not waitpid: multiprocessing reaps its server itself
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
 def stop() -> None:
     """End the fork server now, if this process started one (nothing otherwise).
 
