@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import os
 import signal
 import statistics
@@ -229,16 +230,24 @@ def _gather(ctx: Any, report: Any) -> list[Any]:
 
 
 # ---- report --------------------------------------------------------------------------------------
+SHOWN_STEPS = 10  # a longer run shows its first and last SHOWN_STEPS steps, and the median of all
+
+
 def _report(reports: Sequence[Any], check: bool, schedule: Schedule | None = None) -> int:
     steps = len(reports[0].steps)
-    rows = []
-    for i in range(steps):
+    rows: list[list[Any]] = []
+    shown = range(steps) if steps <= 2 * SHOWN_STEPS + 1 else \
+        [*range(SHOWN_STEPS), -1, *range(steps - SHOWN_STEPS, steps)]
+    for i in shown:
+        if i < 0:
+            rows.append([f"({steps - 2 * SHOWN_STEPS} more)", "", ""] + (["", ""] if check else []))
+            continue
         per_rank = [r.steps[i] for r in reports]
         losses = {b: v for s in per_rank for b, v in s.losses.items()}  # a sink on several ranks counts once
         row = [i + 1, f"{sum(losses.values()):.6f}", f"{max(s.seconds for s in per_rank):.4f}"]
         if check:
             ref = sum(per_rank[0].reference_losses.values())
-            row += [f"{ref:.6f}", fmt(max(s.grad_diff for s in per_rank))]
+            row += [f"{ref:.6f}", fmt(_worst(s.grad_diff for s in per_rank))]
         rows.append(row)
     headers = ["step", "loss", "seconds"] + (["reference loss", "max grad error"] if check else [])
     print_table(headers, rows)
@@ -248,6 +257,11 @@ def _report(reports: Sequence[Any], check: bool, schedule: Schedule | None = Non
     if schedule is not None:
         print(_memory_line(reports, schedule))
     return _verdict(reports) if check else 0
+
+
+def _worst(values: Any) -> float:
+    """The largest value, NaN counting as infinite (Python's max() drops a NaN that is not first)."""
+    return max((v if v == v else math.inf for v in values if v is not None), default=0.0)
 
 
 def _memory_line(reports: Sequence[Any], schedule: Schedule) -> str:
@@ -273,19 +287,34 @@ def _memory_line(reports: Sequence[Any], schedule: Schedule) -> str:
 
 
 def _verdict(reports: Sequence[Any]) -> int:
-    steps = [s for r in reports for s in r.steps]
-    loss_diff = max(s.loss_diff for s in steps)
-    grad_diff = max(s.grad_diff for s in steps)
+    """Exit 0 only when every step's loss and gradients are finite on both sides and within
+    TOLERANCE, and every rank ran the schedule's order; else name the first step and tensor at fault."""
+    steps = len(reports[0].steps)
+    loss_diff = _worst(s.loss_diff for r in reports for s in r.steps)
+    grad_diff = _worst(s.grad_diff for r in reports for s in r.steps)
     checked = sum(r.steps[0].params_checked for r in reports)
     order = [e for r in reports for e in getattr(r, "order_errors", ())]
-    if loss_diff <= TOLERANCE and grad_diff <= TOLERANCE and not order:
+    failures = []
+    for i in range(steps):
+        for r in reports:
+            s = r.steps[i]
+            if s.nonfinite:
+                failures.append(f"step {i + 1}, rank {r.rank}: {s.nonfinite}")
+            elif not s.loss_diff <= TOLERANCE:
+                failures.append(f"step {i + 1}, rank {r.rank}: relative loss error {s.loss_diff:.3g} "
+                                f"(tolerance {TOLERANCE:g})")
+            elif not (s.grad_diff or 0.0) <= TOLERANCE:
+                failures.append(f"step {i + 1}, rank {r.rank}: relative gradient error {s.grad_diff:.3g} "
+                                f"in {s.worst or 'a parameter'} (tolerance {TOLERANCE:g})")
+        if failures:
+            break
+    if not failures and not order:
         print(f"check: loss and {checked} parameter gradients per step match the single-process run "
               f"(max relative error {loss_diff:.2g} loss, {grad_diff:.2g} gradient); every rank ran the "
               f"schedule's order")
         return 0
-    if loss_diff > TOLERANCE or grad_diff > TOLERANCE:
-        print(f"check FAILED: max relative error {loss_diff:.3g} in the loss, {grad_diff:.3g} in a gradient "
-              f"(tolerance {TOLERANCE:g})", file=sys.stderr)
+    for f in failures[:3]:
+        print(f"check FAILED: {f}", file=sys.stderr)
     for e in order:
         print(f"check FAILED: {e}", file=sys.stderr)
     return 1
