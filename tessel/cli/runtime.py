@@ -63,6 +63,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--programs", action="store_true", help="print the per-rank programs and exit")
     p.add_argument("--timeout", type=positive_float("timeout", "seconds"), default=300.0,
                    help="seconds for the whole job (default 300)")
+    p.add_argument("--oversubscribe", action="store_true",
+                   help="start more processes (devices x replicas) than this machine's cores and available "
+                        "memory hold (refused by default, before anything starts)")
     p.set_defaults(func=_run)
 
 
@@ -81,6 +84,10 @@ def _run(args: argparse.Namespace) -> int:
 def _run_or_launch(args: argparse.Namespace) -> int:
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ and not args.programs:
         return _as_torchrun_rank(args)
+    if not args.programs and not args.oversubscribe and (args.devices or not _is_file(args.schedule)):
+        # before any search or process (a file's device count is checked when launching)
+        from ..runtime.forkserver import capacity
+        capacity((args.devices or 4) * args.data_parallel)
     if not args.programs:
         # a launcher killed outright leaves its ranks to notice the lost store: one line each, not
         # torch's C++ warnings with their stack frames
@@ -100,7 +107,7 @@ def _run_or_launch(args: argparse.Namespace) -> int:
           f"{schedule.micro_batches} micro-batches of {args.micro_batch_size}, "
           f"{schedule.placement.devices} processes{replicas}", flush=True)
     try:
-        reports = train(_job(args, schedule), Options(timeout=args.timeout))
+        reports = train(_job(args, schedule), Options(timeout=args.timeout, oversubscribe=args.oversubscribe))
     except LaunchError as e:
         print(f"tessel: run failed: {e}", file=sys.stderr)
         return 1

@@ -15,7 +15,7 @@ its result or its reason for failing through its own pipe to the launcher (no si
 other processes' reach), as JSON (`wire`), never pickled; gloo binds to the loopback interface for
 a loopback job.
 
-Size: `capacity` refuses, before any process starts, more ranks than the machine can hold (cores
+Size: `forkserver.capacity` refuses, before any process starts, more ranks than the machine can hold (cores
 and available memory; `Options.oversubscribe` overrides).
 """
 from __future__ import annotations
@@ -37,16 +37,12 @@ from typing import Any
 import torch
 from torch._C._distributed_c10d import PrefixStore, TCPStore
 
-from ..errors import LimitError
 from . import comm, forkserver, wire
 from .signed import SignedStore
 
 log = logging.getLogger(__name__)
 
 GRACE_SECONDS = 5.0
-PROCESSES_PER_CORE = 4    # ranks mostly wait on each other: a few per core still make progress
-MIN_PROCESSES = 8         # what any machine may run (tests and examples use up to 8 ranks)
-RANK_BYTES = 256 * 2**20  # a rank's resident memory with torch loaded (measured ~63-200 MiB), rounded up
 MAX_MESSAGE = 2**31 - 1   # most bytes one rank's report may take through its pipe
 
 
@@ -79,7 +75,7 @@ def launch(fn: Callable[..., Any], nprocs: int, args: Sequence[Any] = (), option
     if not options.timeout > 0 or not options.pg_timeout > 0:
         raise ValueError(f"timeouts must be > 0 s, got {options.timeout:g} and {options.pg_timeout:g}")
     if not options.oversubscribe:
-        capacity(nprocs)
+        forkserver.capacity(nprocs)
     server, port = serve_store(options.host, options.pg_timeout)
     job = comm.Job(options.host, port, f"tessel/{secrets.token_hex(16)}", secrets.token_hex(32),
                    options.replicas)
@@ -106,32 +102,6 @@ def launch(fn: Callable[..., Any], nprocs: int, args: Sequence[Any] = (), option
                 p.join()
         inbox.drain()
     return _collect(procs, store, inbox)
-
-
-def capacity(nprocs: int) -> None:
-    """Refuse more processes than this machine holds: PROCESSES_PER_CORE per core (at least
-    MIN_PROCESSES) and RANK_BYTES each within the memory available now."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    most = max(MIN_PROCESSES, PROCESSES_PER_CORE * cores)
-    if nprocs > most:
-        raise LimitError(f"{nprocs} processes on {cores} cores: more than the {most} this machine runs "
-                         f"({PROCESSES_PER_CORE} per core); fewer devices or replicas, or --oversubscribe")
-    free = _available_memory()
-    if free is not None and nprocs * RANK_BYTES > free:
-        raise LimitError(f"{nprocs} processes need about {nprocs * RANK_BYTES / 2**30:.1f} GiB "
-                         f"({RANK_BYTES // 2**20} MiB each), more than the {free / 2**30:.1f} GiB available; "
-                         "fewer devices or replicas, or --oversubscribe")
-
-
-def _available_memory() -> int | None:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
 
 
 class _Inbox:

@@ -127,7 +127,8 @@ def train(job: TrainJob, options: Options | None = None) -> list[RankReport]:
     """Launch the job on (placement devices x replicas) local processes; replica 0's reports."""
     devices = int(job.schedule["placement"]["devices"])
     opts = options or Options()
-    opts = Options(opts.timeout, opts.pg_timeout, opts.backend, opts.threads, opts.host, job.replicas)
+    opts = Options(opts.timeout, opts.pg_timeout, opts.backend, opts.threads, opts.host, job.replicas,
+                   opts.oversubscribe)
     results = launch(run_jobs, devices * job.replicas, ([job],), opts)
     return [reports[0] for reports in results[:devices]]
 
