@@ -85,6 +85,8 @@ def _run(argv: Sequence[str] | None, started: float) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.ERROR,
                         format="%(levelname)s %(name)s: %(message)s")
     try:
+        from .outputs import check_outputs
+        check_outputs(args)  # before any work: no output replaces an input or another output
         return int(args.func(args) or 0)
     except TesselError as e:
         print(f"tessel: error: {_one_line(str(e))}", file=sys.stderr)

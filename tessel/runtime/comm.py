@@ -153,8 +153,10 @@ def connect(host: str, port: int, prefix: str, timeout: timedelta) -> Any:
 
 
 def init(timeout: float = 60.0, backend: str | None = None, job: Job | None = None,
-         replicas: int = 1) -> Context:
-    """Join the job: a local launcher's (`job`), or the one the environment describes (torchrun)."""
+         replicas: int = 1, outbox: Any = None) -> Context:
+    """Join the job: a local launcher's (`job`, reporting through `outbox`), or the one the
+    environment describes (torchrun). A local job's watcher starts before the rendezvous: a
+    record deleted there stops the job instead of leaving its readers waiting."""
     grank, gworld = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     replicas = job.replicas if job is not None else replicas
     if replicas < 1 or gworld % replicas:
@@ -168,14 +170,22 @@ def init(timeout: float = 60.0, backend: str | None = None, job: Job | None = No
         store = SignedStore(connect(job.host, job.port, job.prefix, td), bytes.fromhex(job.key))
     else:
         store = connect(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), "tessel", td)
+    ctx = Context(rank, world, device, store, td, b"", grank, replica, replicas, outbox=outbox)
+    if job is not None:
+        ctx.key = bytes.fromhex(job.key)
+        _start_watcher(ctx)
     dist.init_process_group(backend, store=PrefixStore(f"replica{replica}", store), rank=rank,
                             world_size=world, timeout=td)
-    dp = _replica_group(backend, PrefixStore(f"dp{rank}", store), replica, replicas, td)
-    key = bytes.fromhex(job.key) if job is not None else _shared_key(device, grank, dp)
-    ctx = Context(rank, world, device, store, td, key, grank, replica, replicas, dp)
+    ctx.dp = _replica_group(backend, PrefixStore(f"dp{rank}", store), replica, replicas, td)
+    if job is None:
+        ctx.key = _shared_key(device, grank, ctx.dp)
+        _start_watcher(ctx)
+    return ctx
+
+
+def _start_watcher(ctx: Context) -> None:
     ctx.watcher = threading.Thread(target=_watch, args=(ctx,), name="tessel-abort-watcher", daemon=True)
     ctx.watcher.start()
-    return ctx
 
 
 def _device(backend: str, grank: int) -> torch.device:

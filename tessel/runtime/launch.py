@@ -37,6 +37,7 @@ from typing import Any
 import torch
 from torch._C._distributed_c10d import PrefixStore, TCPStore
 
+from ..errors import TesselError
 from . import comm, forkserver, wire
 from .signed import SignedStore
 
@@ -234,8 +235,7 @@ def _worker(rank: int, world: int, job: comm.Job, fn: Callable[..., Any], args: 
     torch.set_num_threads(options.threads)
     ctx = None
     try:
-        ctx = comm.init(options.pg_timeout, options.backend, job)
-        ctx.outbox = outbox
+        ctx = comm.init(options.pg_timeout, options.backend, job, outbox=outbox)
         result = wire.encode(fn(ctx, *args))
         ctx.tell("result", result)
         # leave together, through the store: a collective here would time out on a slow peer
@@ -273,7 +273,9 @@ def _fail(rank: int, ctx: comm.Context | None, job: comm.Job, options: Options, 
             log.error("%s", stop)
             ctx.tell("stopped", stop)
         else:
-            log.error("%s\n%s", message, "".join(traceback.format_exception(e)[-6:]))
+            # a TesselError (a forged store value, bad input) is its message; anything else a bug
+            trace = "" if isinstance(e, TesselError) else "\n" + "".join(traceback.format_exception(e)[-6:])
+            log.error("%s%s", message, trace)
             ctx.tell("error", message)
             told = True
             ctx.abort(f"{rank}|{message}")
