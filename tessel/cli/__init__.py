@@ -98,7 +98,8 @@ def _run(argv: Sequence[str] | None, started: float) -> int:
 
 
 def _one_line(text: str) -> str:
-    line = " ".join(text.split())
+    from .common import printable
+    line = printable(" ".join(text.split()), lines=False)
     return line if len(line) <= 4 * QUOTE_CHARS else line[: 4 * QUOTE_CHARS - 3] + "..."
 
 

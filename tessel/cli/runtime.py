@@ -24,6 +24,7 @@ from .common import (
     positive_float,
     positive_int,
     print_table,
+    printable,
     resolve_placement,
 )
 
@@ -109,7 +110,7 @@ def _run_or_launch(args: argparse.Namespace) -> int:
     try:
         reports = train(_job(args, schedule), Options(timeout=args.timeout, oversubscribe=args.oversubscribe))
     except LaunchError as e:
-        print(f"tessel: run failed: {e}", file=sys.stderr)
+        print(f"tessel: run failed: {printable(str(e))}", file=sys.stderr)
         return 1
     return _report(reports, args.check, schedule)
 
@@ -321,7 +322,7 @@ def _verdict(reports: Sequence[Any]) -> int:
               f"schedule's order")
         return 0
     for f in failures[:3]:
-        print(f"check FAILED: {f}", file=sys.stderr)
+        print(f"check FAILED: {printable(f, lines=False)}", file=sys.stderr)
     for e in order:
-        print(f"check FAILED: {e}", file=sys.stderr)
+        print(f"check FAILED: {printable(e, lines=False)}", file=sys.stderr)
     return 1
