@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..baselines import BASELINES
-from ..errors import TesselError
+from ..errors import ScheduleError, TesselError
 from ..io import read_document
 from ..methods import METHODS
 from ..placement import Placement
@@ -152,7 +152,15 @@ def _baseline(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    s = Schedule.load(args.schedule)
+    try:
+        s = Schedule.load(args.schedule)
+    except ScheduleError as e:
+        if not e.rule:  # unreadable: bad input (2)
+            raise
+        # a rule broken while reading (more tasks than N x blocks: one appears twice) is an
+        # invalid schedule, exit 1, as the same break found after reading
+        _print_invalid(args.schedule, [str(e)])
+        return 1
     errors = s.errors()
     if errors:
         _print_invalid(args.schedule, errors)
