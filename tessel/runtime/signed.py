@@ -19,6 +19,7 @@ import hashlib
 import hmac
 import secrets
 import threading
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -28,6 +29,7 @@ from ..errors import TesselError, quote
 
 MAC_HEX = 64  # hex digits of an HMAC-SHA256
 NAME_HEX = 32  # hex digits of a hidden key name (128 bits)
+ABSENT = b"\0absent"  # never a sealed value (those start with hex digits)
 
 
 class StoreError(TesselError):
@@ -72,17 +74,30 @@ class SignedStore(Store):
         self._wrote(key)
 
     def get(self, key: str) -> bytes:
-        return self._open(key, self.inner.get(self.hidden(key)))
+        """The value, once the key exists; a key deleted meanwhile is an error naming it."""
+        self.wait([key])
+        # a compare that never matches reads without blocking: a missing key answers ABSENT
+        raw = bytes(self.inner.compare_set(self.hidden(key), ABSENT, ABSENT))
+        if raw == ABSENT:
+            raise StoreError(f"store key {quote(key)}: deleted by another process before this rank read it")
+        return self._open(key, raw)
 
     def check(self, keys: list[str]) -> bool:
         return bool(self.inner.check([self.hidden(k) for k in keys]))
 
     def wait(self, keys: list[str], timeout: timedelta | None = None) -> None:
+        """Poll rather than block in the store: torch's wait holds the GIL while it blocks (called
+        from gloo's rendezvous), and the abort watcher must run meanwhile."""
         names = [self.hidden(k) for k in keys]
-        if timeout is None:
-            self.inner.wait(names)
-        else:
-            self.inner.wait(names, timeout)
+        limit = (timeout or self.inner.timeout).total_seconds()
+        deadline, pause = time.monotonic() + limit, 0.002
+        while not self.inner.check(names):
+            if time.monotonic() >= deadline:
+                missing = [k for k, n in zip(keys, names) if not self.inner.check([n])]
+                raise StoreError(f"store key {quote(missing[0] if missing else keys[0])}: not written "
+                                 f"within {limit:g} s")
+            time.sleep(pause)
+            pause = min(2 * pause, 0.05)
 
     def compare_set(self, key: str, expected: bytes | str, desired: bytes | str) -> bytes:
         exp = expected.encode() if isinstance(expected, str) else bytes(expected)
