@@ -189,9 +189,19 @@ def _supervise(procs: list[Any], store: comm.Context, options: Options, inbox: _
 def _exit_note(p: Any) -> str:
     """A rank's exit, or the fork server's death: its workers' statuses come through it, and it
     reports 255 for every rank it can no longer see (they may well be running)."""
-    if p.exitcode == 255 and not forkserver.alive():
+    if p.exitcode == 255 and _fork_server_died():
         return f"the fork server ended (killed?); rank {_rank(p)}'s exit status is unknown"
     return f"rank {_rank(p)} exited with code {p.exitcode}"
+
+
+def _fork_server_died(wait: float = 1.0) -> bool:
+    """Whether the fork server is gone; its workers' pipes close a moment before it shows as dead."""
+    deadline = time.monotonic() + wait
+    while forkserver.alive():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
+    return True
 
 
 def _abort(store: comm.Context, message: str) -> None:
