@@ -101,6 +101,8 @@ def launch(fn: Callable[..., Any], nprocs: int, args: Sequence[Any] = (), option
         for p in procs:
             if p.pid is not None:
                 p.join()
+        for _, send in pipes:
+            send.close()  # those of ranks that never started
         inbox.drain()
     return _collect(procs, store, inbox)
 
