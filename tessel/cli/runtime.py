@@ -148,9 +148,8 @@ def _job(args: argparse.Namespace, schedule: Schedule) -> Any:
 
 def _schedule(args: argparse.Namespace) -> Schedule:
     from ..methods import run_method
-    from ..runtime.models import MODELS
     ref = args.schedule
-    if _is_file(ref):
+    if _is_file(ref):  # torch-free: a file over the task limit is refused in a moment
         if args.placement:
             raise UsageError("--schedule FILE holds its placement: do not give --placement too")
         s = Schedule.load(ref, check=True)
@@ -158,6 +157,7 @@ def _schedule(args: argparse.Namespace) -> Schedule:
         if args.micro_batches and args.micro_batches != s.micro_batches:
             s = s.unroll(args.micro_batches)
         return s
+    from ..runtime.models import MODELS
     args.placement = args.placement or MODELS[args.model].placement
     given, args.devices = args.devices, args.devices or 4
     placement: Placement = resolve_placement(args)
