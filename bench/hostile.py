@@ -7,6 +7,7 @@ runs the real command line in a fresh process (interpreter start-up included, wh
 the refusals) or, for the sort, the library call alone.
 
     .venv/bin/python bench/hostile.py                     # writes bench/results/hostile.md
+    .venv/bin/python bench/hostile.py --shared-machine    # issue 22's cases: bench/results/hostile-run.md
 """
 from __future__ import annotations
 
@@ -85,6 +86,58 @@ def wall_clock_rows(tmp: Path) -> list[str]:
     return out
 
 
+# ---- issue 22: `tessel run` on a shared machine (results, processes, outputs, terminal text) ----
+# (name, argv, expected exit code, most seconds); the store attacks need a second process on the
+# job's port: tests/test_run_store_attacks.py
+LONG = "a" * 256
+SHARED_MACHINE_CASES: list[tuple[str, list[str], int, float]] = [
+    ("-o x.json --trace x.json", ["baseline", "1f1b", "vshape", "-n", "4", "-o", "x.json", "--trace", "x.json"], 2, 10),
+    ("-o with a 256-character name", ["baseline", "1f1b", "vshape", "-n", "4", "-o", LONG + ".json"], 2, 10),
+    ("-o the command's own input", ["baseline", "1f1b", "p.json", "-n", "4", "-o", "p.json"], 2, 10),
+    ("plan --placement-out in a missing directory", ["plan", "gpt", "--devices", "4", "--placement-out",
+                                                      "no/p.json"], 2, 10),
+    ("run --devices 4096", ["run", "--model", "mlp", "--devices", "4096"], 2, 10),
+    ("run --data-parallel 1000", ["run", "--model", "mlp", "--devices", "2", "--data-parallel", "1000"], 2, 10),
+    ("run --programs -n 600000 (a schedule file)", ["run", "--model", "mlp", "--schedule", "s.json", "-n", "600000",
+                                                    "--programs"], 2, 10),
+    ("run --lr inf --check (NaN on both sides)", ["run", "--model", "mlp", "--placement", "vshape", "--devices", "2",
+                                                  "-n", "2", "--steps", "2", "--schedule", "1f1b", "--lr", "inf",
+                                                  "--check"], 1, 120),
+    ("search --workers 100000", ["search", "vshape", "-n", "4", "--workers", "100000"], 2, 10),
+    ("check, a task twice, 2 micro-batches", ["check", "dup2.json"], 1, 10),
+    ("check, a task twice, 64 micro-batches", ["check", "dup64.json"], 1, 10),
+    ("show, a newline and escapes in meta.method", ["show", "meta.json"], 0, 10),
+]
+
+
+def shared_machine_rows(tmp: Path) -> list[str]:
+    """Each issue-22 case: its exit code and seconds against the expected ones."""
+    from tessel import library
+    from tessel.methods import run_method
+    library.build("vshape", 2).save(tmp / "p.json")
+    run_method("1f1b", library.build("vshape", 2), 4).save(tmp / "s.json")
+    for n in (2, 64):
+        doc = run_method("1f1b", library.build("vshape", 2), n).to_dict()
+        doc["tasks"].append(doc["tasks"][0])
+        (tmp / f"dup{n}.json").write_text(json.dumps(doc))
+    doc = run_method("1f1b", library.build("vshape", 2), 2).to_dict()
+    doc["meta"]["method"] = "1f1b\n    makespan: 1\x1b[2J"
+    (tmp / "meta.json").write_text(json.dumps(doc))
+    out = []
+    for name, argv, code, most in SHARED_MACHINE_CASES:
+        t0 = time.perf_counter()
+        r = subprocess.run([sys.executable, "-m", "tessel", *argv], cwd=tmp, capture_output=True, text=True,
+                           env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, timeout=300)
+        secs = time.perf_counter() - t0
+        lines = r.stderr.strip().splitlines()
+        first = next((x for x in lines if not x.startswith(("[W", "W1"))), "(no message)")[:90]
+        raw = "\x1b" in r.stdout + r.stderr
+        verdict = ("ok" if r.returncode == code and secs <= most and not raw else
+                   f"UNEXPECTED (want exit {code} within {most:g} s{', no raw escape' if raw else ''})")
+        out.append(f"| {name} | {secs:.2f} s, exit {r.returncode} | {first.replace('|', '/')} | {verdict} |")
+    return out
+
+
 def _run(name: str, argv: list[str], tmp: Path) -> str:
     t0 = time.perf_counter()
     r = subprocess.run([sys.executable, "-m", "tessel", *argv], cwd=tmp, capture_output=True, text=True,
@@ -97,13 +150,28 @@ def _run(name: str, argv: list[str], tmp: Path) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("-o", "--output", default=str(ROOT / "bench" / "results" / "hostile.md"))
+    ap.add_argument("--shared-machine", action="store_true",
+                    help="the issue-22 cases only, written to bench/results/hostile-run.md")
     args = ap.parse_args()
+    if args.shared_machine:
+        with tempfile.TemporaryDirectory() as d:
+            shared = shared_machine_rows(Path(d))
+        load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+        text = "\n".join([f"# `tessel run` on a shared machine, issue 22 ({platform.machine()}, {os.cpu_count()} CPUs, "
+                          f"load average {load})", "", "| input | time, outcome | message | expected |",
+                          "|---|---|---|---|", *shared, ""])
+        print(text)
+        atomic_write(ROOT / "bench" / "results" / "hostile-run.md", text)
+        return
     with tempfile.TemporaryDirectory() as d:
         rows = sort_rows() + cli_rows(Path(d)) + wall_clock_rows(Path(d))
+        shared = shared_machine_rows(Path(d))
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     text = "\n".join([f"# Hostile inputs ({platform.machine()}, Python {platform.python_version()}, "
                       f"{os.cpu_count()} CPUs, load average {load})", "",
-                      "| input | time, outcome | message |", "|---|---|---|", *rows, ""])
+                      "| input | time, outcome | message |", "|---|---|---|", *rows, "",
+                      "## `tessel run` on a shared machine (issue 22)", "",
+                      "| input | time, outcome | message | expected |", "|---|---|---|---|", *shared, ""])
     print(text)
     atomic_write(args.output, text)
 

@@ -9,7 +9,8 @@ import json
 import os
 import stat
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +20,9 @@ from .errors import LimitError, OutputError, PlacementError, TesselError, quote
 
 MAX_DOCUMENT_BYTES = 256 * 2**20
 MAX_DEPTH = 64  # nesting of a JSON/YAML document
+NAME_MAX, PATH_MAX = 255, 4096  # Linux's limits on a file name and a path, in bytes
 
-__all__ = ["MAX_DEPTH", "MAX_DOCUMENT_BYTES", "atomic_write", "check_writable", "read_document"]
+__all__ = ["MAX_DEPTH", "MAX_DOCUMENT_BYTES", "all_or_nothing", "atomic_write", "check_writable", "read_document"]
 
 
 class _NoAliasLoader(yaml.SafeLoader):
@@ -96,22 +98,52 @@ def _depth(doc: Any) -> int:
     return deepest
 
 
+_STAGED: list[list[tuple[str, Path]]] = []  # open `all_or_nothing` blocks: (temporary, target) pairs
+
+
 def atomic_write(path: str | Path, text: str | bytes) -> None:
     """Write a file so that readers see the old or the new content, never a torn one (a
     temporary file in the same directory, then os.replace). Refuses, with OutputError, to
-    create a missing directory or to replace a file its owner made read-only."""
+    create a missing directory or to replace a file its owner made read-only. A replaced file
+    keeps its permission bits. Inside `all_or_nothing`, the replace waits for the block's end."""
     p = Path(path)
     check_writable(p)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name[:40]}.", dir=p.parent)  # a short prefix: NAME_MAX
     try:
-        # mkstemp makes the file private; a written schedule or chart is meant to be shared
-        os.chmod(tmp, 0o666 & ~_umask())
+        try:
+            mode = stat.S_IMODE(p.stat().st_mode)
+        except FileNotFoundError:
+            # mkstemp makes the file private; a new schedule or chart is meant to be shared
+            mode = 0o666 & ~_umask()
+        os.chmod(tmp, mode)
         with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w") as f:
             f.write(text)
-        os.replace(tmp, p)
+        if _STAGED:
+            _STAGED[-1].append((tmp, p))
+        else:
+            os.replace(tmp, p)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+@contextmanager
+def all_or_nothing() -> Iterator[None]:
+    """Every `atomic_write` inside the block lands when the block ends without an exception, and
+    none of them otherwise (a chart that fails to render leaves the schedule file unwritten)."""
+    _STAGED.append([])
+    try:
+        yield
+    except BaseException:
+        for tmp, _ in _STAGED.pop():
+            Path(tmp).unlink(missing_ok=True)
+        raise
+    staged = _STAGED.pop()
+    if _STAGED:  # an enclosing block decides
+        _STAGED[-1].extend(staged)
+        return
+    for tmp, target in staged:
+        os.replace(tmp, target)
 
 
 def check_writable(path: str | Path) -> None:
@@ -119,6 +151,10 @@ def check_writable(path: str | Path) -> None:
     p = Path(path)
     where = quote(str(p)).strip("'\"")
     parent = p.parent
+    if len(p.name.encode(errors="surrogateescape")) > NAME_MAX or len(str(p).encode(errors="surrogateescape")) > PATH_MAX:
+        raise OutputError(f"{where}: the name is too long (at most {NAME_MAX} bytes a name, {PATH_MAX} a path)")
+    if not p.name or p.name in (".", ".."):
+        raise OutputError(f"{where}: not a file name")
     if not parent.is_dir():
         raise OutputError(f"{where}: directory {quote(str(parent))} does not exist (create it first)")
     try:

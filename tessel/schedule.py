@@ -301,6 +301,7 @@ class Schedule:
         """Repeat the repetend so the schedule covers `micro_batches`, without any search."""
         if self.repetend is None:
             raise ScheduleError("this schedule carries no repetend to unroll")
+        check_task_count(self.placement, micro_batches)  # refused at once, not after building them
         return unroll(self, micro_batches, check)
 
     # ---- I/O ---------------------------------------------------------------------------------

@@ -82,12 +82,39 @@ def test_verdict_fails_on_a_mismatch(capsys: pytest.CaptureFixture[str]) -> None
     off = StepReport({"f1": 2.002}, 0.1, 1, {"f1": 2.0}, 0.0, 3)  # a 0.1% loss error
     assert _verdict([RankReport(0, ("f0",), (good,))]) == 0
     assert _verdict([RankReport(0, ("f0",), (good,)), RankReport(1, ("f1",), (bad,))]) == 1
-    assert "check FAILED: max relative error 0 in the loss, 0.001 in a gradient" in capsys.readouterr().err
+    assert "check FAILED: step 1, rank 1: relative gradient error 0.001 in a parameter" in capsys.readouterr().err
     assert _verdict([RankReport(0, ("f1",), (off,))]) == 1
-    assert "0.001 in the loss" in capsys.readouterr().err
+    assert "step 1, rank 0: relative loss error 0.001" in capsys.readouterr().err
     wrong = RankReport(0, ("f0",), (good,), order_errors=("rank 0: task 1 ran f0#1, the schedule has b0#0",))
     assert _verdict([wrong]) == 1
     assert "check FAILED: rank 0: task 1 ran f0#1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("mine,ref,grad,named", [
+    (float("nan"), 2.0, 0.0, "the pipeline's loss of block f1 is nan"),
+    (2.0, float("nan"), 0.0, "the single-process run's loss of block f1 is nan"),
+    (float("inf"), 2.0, 0.0, "the pipeline's loss of block f1 is inf"),
+    (2.0, 2.0, float("nan"), "relative gradient error nan in f1.weight"),
+])
+def test_verdict_fails_on_nan_or_inf_on_either_side(mine: float, ref: float, grad: float, named: str,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """Python's max() drops a NaN that is not first: the check must not (issue 22, item 4)."""
+    good = StepReport({"f1": 2.0}, 0.1, 1, {"f1": 2.0}, 0.0, 3)
+    step = StepReport({"f1": mine}, 0.1, 1, {"f1": ref}, grad, 3, worst="f1.weight")
+    assert _verdict([RankReport(0, ("f1",), (good, step))]) == 1
+    err = capsys.readouterr().err
+    assert f"check FAILED: step 2, rank 0: {named}" in err, err
+
+
+def test_run_check_fails_when_training_diverges_to_nan() -> None:
+    """--lr inf: step 2 computes NaN on both sides; the check names the step and fails (exit 1)."""
+    r = subprocess.run([sys.executable, "-m", "tessel", "run", "--model", "mlp", "--placement", "vshape",
+                        "--devices", "2", "-n", "2", "--steps", "2", "--schedule", "1f1b", "--lr", "inf",
+                        "--check"], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert r.returncode == 1, (r.stdout, r.stderr[-2000:])
+    assert "check FAILED: step 2, rank " in r.stderr and "is nan" in r.stderr, r.stderr
+    assert "match the single-process run" not in r.stdout
 
 
 def test_under_torchrun() -> None:

@@ -85,6 +85,8 @@ def _run(argv: Sequence[str] | None, started: float) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.ERROR,
                         format="%(levelname)s %(name)s: %(message)s")
     try:
+        from .outputs import check_outputs
+        check_outputs(args)  # before any work: no output replaces an input or another output
         return int(args.func(args) or 0)
     except TesselError as e:
         print(f"tessel: error: {_one_line(str(e))}", file=sys.stderr)
@@ -96,7 +98,8 @@ def _run(argv: Sequence[str] | None, started: float) -> int:
 
 
 def _one_line(text: str) -> str:
-    line = " ".join(text.split())
+    from .common import printable
+    line = printable(" ".join(text.split()), lines=False)
     return line if len(line) <= 4 * QUOTE_CHARS else line[: 4 * QUOTE_CHARS - 3] + "..."
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..baselines import BASELINES
-from ..errors import TesselError
+from ..errors import ScheduleError, TesselError
 from ..io import read_document
 from ..methods import METHODS
 from ..placement import Placement
@@ -22,6 +22,7 @@ from .common import (
     positive_int,
     print_summary,
     print_table,
+    printable,
     refuse_built_in_options,
     resolve_placement,
     seconds,
@@ -104,7 +105,7 @@ def _show_schedule(s: Schedule, args: argparse.Namespace) -> int:
     (with the picture when every task is there to draw)."""
     broken = s.violations()
     if not any(v.rule == 1 for v in broken):
-        print(s.ascii(), end="")
+        print(printable(s.ascii()), end="")
     if broken:
         _print_invalid(args.placement, [str(v) for v in broken])
         return 1
@@ -115,19 +116,19 @@ def _show_schedule(s: Schedule, args: argparse.Namespace) -> int:
 
 def _print_invalid(path: str, errors: list[str]) -> None:
     sys.stdout.flush()
-    print(f"tessel: {path} is invalid:", file=sys.stderr)
+    print(f"tessel: {printable(path, lines=False)} is invalid:", file=sys.stderr)
     for e in errors:
-        print(f"  {e}", file=sys.stderr)
+        print(f"  {printable(e, lines=False)}", file=sys.stderr)
 
 
 def _show_placement(p: Placement, n: int) -> None:
     from .. import bounds
     from ..render import render_placement
-    print(f"placement {p.name}: {p.devices} devices, {len(p.blocks)} blocks, {len(p.edges)} edges"
+    print(f"placement {printable(p.name, lines=False)}: {p.devices} devices, {len(p.blocks)} blocks, {len(p.edges)} edges"
           + (f", latency {fmt(p.latency)}" if p.latency else ""))
     for w in p.warnings:
-        print(f"warning: {w}")
-    print(render_placement(p), end="")
+        print(f"warning: {printable(w, lines=False)}")
+    print(printable(render_placement(p)), end="")
     rows = []
     for d in range(p.devices):
         on = p.blocks_on(d)
@@ -144,19 +145,27 @@ def _baseline(args: argparse.Namespace) -> int:
         raise UsageError(f"unknown baseline {args.name!r}; known: {', '.join(BASELINES)}")
     s = BASELINES[args.name](resolve_placement(args), args.micro_batches, args.memory)
     if args.ascii:
-        print(s.ascii(), end="")
+        print(printable(s.ascii()), end="")
     print_summary(s)
     write_outputs(s, args)
     return 0
 
 
 def _check(args: argparse.Namespace) -> int:
-    s = Schedule.load(args.schedule)
+    try:
+        s = Schedule.load(args.schedule)
+    except ScheduleError as e:
+        if not e.rule:  # unreadable: bad input (2)
+            raise
+        # a rule broken while reading (more tasks than N x blocks: one appears twice) is an
+        # invalid schedule, exit 1, as the same break found after reading
+        _print_invalid(args.schedule, [str(e)])
+        return 1
     errors = s.errors()
     if errors:
         _print_invalid(args.schedule, errors)
         return 1
-    print(f"valid: {args.schedule}")
+    print(f"valid: {printable(args.schedule, lines=False)}")
     print_summary(s, recorded=True)
     return 0
 

@@ -127,17 +127,28 @@ def positive_int(text: str) -> int:
     return v
 
 
+def printable(text: str, lines: bool = True) -> str:
+    """`text` with every character that could steer a terminal (escape sequences, carriage
+    returns, bidi overrides; newlines too unless `lines`) shown as its Python escape, `\\x1b`."""
+    if (text.replace("\n", "") if lines else text).isprintable():
+        return text
+    return "".join(c if c.isprintable() or (lines and c == "\n") else c.encode("unicode_escape").decode()
+                   for c in text)
+
+
 def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], title: str | None = None) -> None:
-    """Aligned columns; rich when writing to a terminal, plain text otherwise."""
-    cells = [[fmt(c) for c in r] for r in rows]
+    """Aligned columns; rich when writing to a terminal, plain text otherwise. Cells are shown
+    escaped (ids and meta come from files) and never read as rich markup."""
+    cells = [[printable(fmt(c), lines=False) for c in r] for r in rows]
     if sys.stdout.isatty():
         from rich.console import Console
         from rich.table import Table
+        from rich.text import Text
         t = Table(title=title)
         for h in headers:
             t.add_column(h)
         for r in cells:
-            t.add_row(*r)
+            t.add_row(*(Text(c) for c in r))
         Console().print(t)
         return
     widths = [max(len(h), *(len(r[i]) for r in cells)) if cells else len(h) for i, h in enumerate(headers)]
@@ -157,8 +168,8 @@ def print_summary(s: Schedule, recorded: bool = False) -> None:
         print(f"{k:>14}: {fmt(f[k])}")
     note = " (recorded in the file)" if recorded else ""
     for k in ("method", "status", "search_seconds"):
-        if k in s.meta:
-            print(f"{k:>14}: {fmt(s.meta[k])[:200]}{note}")
+        if k in s.meta:  # escaped: a newline in a file's meta cannot print a line of its own
+            print(f"{k:>14}: {printable(fmt(s.meta[k]), lines=False)[:200]}{note}")
     if recorded and "repetend_claim" in s.meta:
-        print(f"{'repetend':>14}: {fmt(s.meta['repetend_claim'])[:200]}")
+        print(f"{'repetend':>14}: {printable(fmt(s.meta['repetend_claim']), lines=False)[:200]}")
 

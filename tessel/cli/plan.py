@@ -6,11 +6,12 @@ import contextlib
 from collections.abc import Iterator
 
 from ..costmodel import HARDWARE, SPECS, hardware
+from ..io import all_or_nothing
 from ..plan import Cluster, Plan, Row, load_model, plan
 from ..plan.planner import Progress
 from ..search.budget import command_clock
 from .common import UsageError, positive_float, positive_int, print_table, seconds
-from .outputs import add_output_args, write_outputs
+from .outputs import add_output_args, output_path, write_outputs
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -31,7 +32,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--time-limit", type=seconds, default=90.0, metavar="S", help="seconds of search in all (90)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="a model option, e.g. layers=48 hidden=4096 lm_head=false recompute=true (repeatable)")
-    p.add_argument("--placement-out", metavar="FILE", help="write the chosen placement (JSON or YAML) here")
+    p.add_argument("--placement-out", metavar="FILE", type=output_path,
+                   help="write the chosen placement (JSON or YAML) here")
     add_output_args(p)
     p.set_defaults(func=_plan)
 
@@ -67,11 +69,13 @@ def _plan(args: argparse.Namespace) -> int:
                       progress=progress, clock=clock)
     print_plan(result)
     best = result.best
+    with all_or_nothing():  # the placement and the schedule's files, all or none
+        if args.placement_out:
+            best.candidate.placement.save(args.placement_out)
+        if best.schedule is not None:
+            write_outputs(best.schedule.with_meta(plan=result.why, placement_family=best.candidate.name), args)
     if args.placement_out:
-        best.candidate.placement.save(args.placement_out)
         print(f"wrote {args.placement_out}")
-    if best.schedule is not None:
-        write_outputs(best.schedule.with_meta(plan=result.why, placement_family=best.candidate.name), args)
     return 0
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import os
 import signal
 import statistics
@@ -23,6 +24,7 @@ from .common import (
     positive_float,
     positive_int,
     print_table,
+    printable,
     resolve_placement,
 )
 
@@ -62,6 +64,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--programs", action="store_true", help="print the per-rank programs and exit")
     p.add_argument("--timeout", type=positive_float("timeout", "seconds"), default=300.0,
                    help="seconds for the whole job (default 300)")
+    p.add_argument("--oversubscribe", action="store_true",
+                   help="start more processes (devices x replicas) than this machine's cores and available "
+                        "memory hold (refused by default, before anything starts)")
     p.set_defaults(func=_run)
 
 
@@ -80,6 +85,10 @@ def _run(args: argparse.Namespace) -> int:
 def _run_or_launch(args: argparse.Namespace) -> int:
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ and not args.programs:
         return _as_torchrun_rank(args)
+    if not args.programs and not args.oversubscribe and (args.devices or not _is_file(args.schedule)):
+        # before any search or process (a file's device count is checked when launching)
+        from ..runtime.forkserver import capacity
+        capacity((args.devices or 4) * args.data_parallel)
     if not args.programs:
         # a launcher killed outright leaves its ranks to notice the lost store: one line each, not
         # torch's C++ warnings with their stack frames
@@ -99,9 +108,9 @@ def _run_or_launch(args: argparse.Namespace) -> int:
           f"{schedule.micro_batches} micro-batches of {args.micro_batch_size}, "
           f"{schedule.placement.devices} processes{replicas}", flush=True)
     try:
-        reports = train(_job(args, schedule), Options(timeout=args.timeout))
+        reports = train(_job(args, schedule), Options(timeout=args.timeout, oversubscribe=args.oversubscribe))
     except LaunchError as e:
-        print(f"tessel: run failed: {e}", file=sys.stderr)
+        print(f"tessel: run failed: {printable(str(e))}", file=sys.stderr)
         return 1
     return _report(reports, args.check, schedule)
 
@@ -139,9 +148,8 @@ def _job(args: argparse.Namespace, schedule: Schedule) -> Any:
 
 def _schedule(args: argparse.Namespace) -> Schedule:
     from ..methods import run_method
-    from ..runtime.models import MODELS
     ref = args.schedule
-    if _is_file(ref):
+    if _is_file(ref):  # torch-free: a file over the task limit is refused in a moment
         if args.placement:
             raise UsageError("--schedule FILE holds its placement: do not give --placement too")
         s = Schedule.load(ref, check=True)
@@ -149,6 +157,7 @@ def _schedule(args: argparse.Namespace) -> Schedule:
         if args.micro_batches and args.micro_batches != s.micro_batches:
             s = s.unroll(args.micro_batches)
         return s
+    from ..runtime.models import MODELS
     args.placement = args.placement or MODELS[args.model].placement
     given, args.devices = args.devices, args.devices or 4
     placement: Placement = resolve_placement(args)
@@ -229,16 +238,24 @@ def _gather(ctx: Any, report: Any) -> list[Any]:
 
 
 # ---- report --------------------------------------------------------------------------------------
+SHOWN_STEPS = 10  # a longer run shows its first and last SHOWN_STEPS steps, and the median of all
+
+
 def _report(reports: Sequence[Any], check: bool, schedule: Schedule | None = None) -> int:
     steps = len(reports[0].steps)
-    rows = []
-    for i in range(steps):
+    rows: list[list[Any]] = []
+    shown = range(steps) if steps <= 2 * SHOWN_STEPS + 1 else \
+        [*range(SHOWN_STEPS), -1, *range(steps - SHOWN_STEPS, steps)]
+    for i in shown:
+        if i < 0:
+            rows.append([f"({steps - 2 * SHOWN_STEPS} more)", "", ""] + (["", ""] if check else []))
+            continue
         per_rank = [r.steps[i] for r in reports]
         losses = {b: v for s in per_rank for b, v in s.losses.items()}  # a sink on several ranks counts once
         row = [i + 1, f"{sum(losses.values()):.6f}", f"{max(s.seconds for s in per_rank):.4f}"]
         if check:
             ref = sum(per_rank[0].reference_losses.values())
-            row += [f"{ref:.6f}", fmt(max(s.grad_diff for s in per_rank))]
+            row += [f"{ref:.6f}", fmt(_worst(s.grad_diff for s in per_rank))]
         rows.append(row)
     headers = ["step", "loss", "seconds"] + (["reference loss", "max grad error"] if check else [])
     print_table(headers, rows)
@@ -248,6 +265,11 @@ def _report(reports: Sequence[Any], check: bool, schedule: Schedule | None = Non
     if schedule is not None:
         print(_memory_line(reports, schedule))
     return _verdict(reports) if check else 0
+
+
+def _worst(values: Any) -> float:
+    """The largest value, NaN counting as infinite (Python's max() drops a NaN that is not first)."""
+    return max((v if v == v else math.inf for v in values if v is not None), default=0.0)
 
 
 def _memory_line(reports: Sequence[Any], schedule: Schedule) -> str:
@@ -273,19 +295,34 @@ def _memory_line(reports: Sequence[Any], schedule: Schedule) -> str:
 
 
 def _verdict(reports: Sequence[Any]) -> int:
-    steps = [s for r in reports for s in r.steps]
-    loss_diff = max(s.loss_diff for s in steps)
-    grad_diff = max(s.grad_diff for s in steps)
+    """Exit 0 only when every step's loss and gradients are finite on both sides and within
+    TOLERANCE, and every rank ran the schedule's order; else name the first step and tensor at fault."""
+    steps = len(reports[0].steps)
+    loss_diff = _worst(s.loss_diff for r in reports for s in r.steps)
+    grad_diff = _worst(s.grad_diff for r in reports for s in r.steps)
     checked = sum(r.steps[0].params_checked for r in reports)
     order = [e for r in reports for e in getattr(r, "order_errors", ())]
-    if loss_diff <= TOLERANCE and grad_diff <= TOLERANCE and not order:
+    failures = []
+    for i in range(steps):
+        for r in reports:
+            s = r.steps[i]
+            if s.nonfinite:
+                failures.append(f"step {i + 1}, rank {r.rank}: {s.nonfinite}")
+            elif not s.loss_diff <= TOLERANCE:
+                failures.append(f"step {i + 1}, rank {r.rank}: relative loss error {s.loss_diff:.3g} "
+                                f"(tolerance {TOLERANCE:g})")
+            elif not (s.grad_diff or 0.0) <= TOLERANCE:
+                failures.append(f"step {i + 1}, rank {r.rank}: relative gradient error {s.grad_diff:.3g} "
+                                f"in {s.worst or 'a parameter'} (tolerance {TOLERANCE:g})")
+        if failures:
+            break
+    if not failures and not order:
         print(f"check: loss and {checked} parameter gradients per step match the single-process run "
               f"(max relative error {loss_diff:.2g} loss, {grad_diff:.2g} gradient); every rank ran the "
               f"schedule's order")
         return 0
-    if loss_diff > TOLERANCE or grad_diff > TOLERANCE:
-        print(f"check FAILED: max relative error {loss_diff:.3g} in the loss, {grad_diff:.3g} in a gradient "
-              f"(tolerance {TOLERANCE:g})", file=sys.stderr)
+    for f in failures[:3]:
+        print(f"check FAILED: {printable(f, lines=False)}", file=sys.stderr)
     for e in order:
-        print(f"check FAILED: {e}", file=sys.stderr)
+        print(f"check FAILED: {printable(e, lines=False)}", file=sys.stderr)
     return 1

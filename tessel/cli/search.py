@@ -11,6 +11,17 @@ from .common import add_memory_arg, add_placement_args, fmt, positive_int, print
 from .outputs import add_output_args, write_outputs
 
 
+MAX_WORKERS = 64  # CP-SAT threads: beyond a few per core each solve fails and the search falls back
+
+
+def workers(text: str) -> int:
+    """An argparse type: a worker-thread count, 1..MAX_WORKERS (refused above, not silently worse)."""
+    k = positive_int(text)
+    if k > MAX_WORKERS:
+        raise argparse.ArgumentTypeError(f"at most {MAX_WORKERS} worker threads, got {k}")
+    return k
+
+
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("search", help=f"search a schedule: repetend + completion (modes {', '.join(MODES)})",
                        description="Search the schedule of a placement for N micro-batches under per-device "
@@ -27,7 +38,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         "device's first start to its last end (the iteration time when iterations overlap)")
     p.add_argument("--time-limit", type=seconds, metavar="S",
                    help="seconds for the whole search, a wall clock (fast stops sooner when it stalls)")
-    p.add_argument("--workers", type=positive_int, metavar="K", help="CP-SAT worker threads (default 1: the same schedule every run; more may be faster but can differ)")
+    p.add_argument("--workers", type=workers, metavar="K", help=f"CP-SAT worker threads, 1..{MAX_WORKERS} (default 1: the same schedule every run; more may be faster but can differ)")
     p.add_argument("--ascii", action="store_true", help="print the schedule as ASCII")
     add_output_args(p)
     p.set_defaults(func=_search)

@@ -2,7 +2,8 @@
 
 Torch-free, imported here: `dataflow` (which tensor moves where) and `program` (lowering a
 schedule into per-rank programs, and the check that they cannot deadlock). With torch, import
-from their modules: `comm` (process set-up, abort on failure), `executor` (runs one rank's
+from their modules: `comm` (process set-up, abort on failure), `signed` (the local job's store:
+hidden names, signed values), `executor` (runs one rank's
 program), `launch` (local launcher), `tp` (tensor-parallel layers), `models` (example models bound
 to placements), `train` (training jobs, checked against one process) and `pipelining` (export to
 torch.distributed.pipelining's action CSV).

@@ -7,10 +7,14 @@ why it stops and ends the process. The process-group timeout bounds any wait eve
 comes (a peer that vanished); a store that stops answering means the launcher is gone, and the
 rank ends too.
 
-Trust: everything the runtime itself writes into the store (notes, results) is text signed with
-a per-job random key (HMAC-SHA256); a value whose signature does not verify is ignored. The key
-reaches local workers through their spawn arguments (never the network); under torchrun rank 0
-draws it and broadcasts it over the process group. Nothing read from the store is unpickled.
+Trust: everything the runtime itself writes into the store (notes) is text signed with a per-job
+random key (HMAC-SHA256); a note whose signature does not verify is ignored, and logged once per
+key. The key reaches local workers through their spawn arguments (never the network); there the
+whole store is a `signed.SignedStore`, gloo's rendezvous records included, and the watcher also
+stops the job when a key this rank wrote is deleted. Under torchrun rank 0 draws the key and
+broadcasts it over the process group (the rendezvous is torchrun's). Nothing read from the store
+is unpickled. A local worker reports its result or failure through its own pipe to the launcher
+(`outbox`), which no other process can reach.
 
 Data parallelism: with `replicas` R, the W ranks form R pipelines of W / R ranks. Rank g is
 pipeline rank g % (W / R) of replica g // (W / R); the default process group is the replica's
@@ -32,6 +36,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import PrefixStore, ProcessGroupGloo, TCPStore
+
+from .signed import SignedStore, StoreError
 
 log = logging.getLogger(__name__)
 
@@ -67,16 +73,36 @@ class Context:
     groups: dict[tuple[int, ...], Any] = field(default_factory=dict)
     done: threading.Event = field(default_factory=threading.Event)
     watcher: threading.Thread | None = None
+    outbox: Any = None   # a local worker's pipe to its launcher (multiprocessing Connection)
+    warned: set[str] = field(default_factory=set)  # keys already logged as forged
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
     def put(self, name: str, text: str) -> None:
         """Write a signed note."""
         self.store.set(name, sign(self.key, name, text))
 
     def read(self, name: str) -> str | None:
-        """A note if present and signed by this job, else None."""
-        if not self.store.check([name]):
-            return None
-        return verify(self.key, name, self.store.get(name))
+        """A note if present and signed by this job, else None (a forged one is logged once)."""
+        try:
+            if not self.store.check([name]):
+                return None
+            text = verify(self.key, name, self.store.get(name))
+        except StoreError:
+            text = None
+        if text is None and name not in self.warned:
+            self.warned.add(name)
+            log.warning("ignored a store value %r without this job's signature (logged once)", name)
+        return text
+
+    def tell(self, kind: str, text: str) -> None:
+        """Report `kind` (result, error, stopped) to the launcher: through the pipe when there is
+        one (no size limit, out of other processes' reach), else as a signed note."""
+        if self.outbox is None:
+            self.put(f"{kind}/{self.global_rank}", text)
+            return
+        from . import wire
+        with self.lock:
+            self.outbox.send_bytes(wire.encode({"kind": kind, "text": text}).encode())
 
     def aborted(self) -> str | None:
         return self.read(ABORT_KEY)
@@ -84,7 +110,10 @@ class Context:
     def abort(self, note: str) -> None:
         """Write the abort note unless one is there (the first failure wins; a forged one does not)."""
         value = sign(self.key, ABORT_KEY, note)
-        current = self.store.compare_set(ABORT_KEY, "", value)
+        try:
+            current = self.store.compare_set(ABORT_KEY, "", value)
+        except StoreError:  # a forged value sits there
+            current = b""
         if current != value.encode() and verify(self.key, ABORT_KEY, current) is None:
             self.store.set(ABORT_KEY, value)
 
@@ -106,12 +135,15 @@ def sign(key: bytes, name: str, text: str) -> str:
 
 
 def verify(key: bytes, name: str, value: bytes) -> str | None:
-    mac, sep, text = value.decode("utf-8", "replace").partition("|")
-    good = hmac.new(key, f"{name}\0{text}".encode(), hashlib.sha256).hexdigest()
+    """The text of a signed note, or None (any bytes at all: compared as bytes, never decoded first)."""
+    mac, sep, text = bytes(value).partition(b"|")
+    good = hmac.new(key, name.encode() + b"\0" + text, hashlib.sha256).hexdigest().encode()
     if not sep or not hmac.compare_digest(mac, good):
-        log.warning("ignored a store value %r without this job's signature", name)
         return None
-    return text
+    try:
+        return text.decode()
+    except UnicodeDecodeError:
+        return None
 
 
 def connect(host: str, port: int, prefix: str, timeout: timedelta) -> Any:
@@ -121,8 +153,10 @@ def connect(host: str, port: int, prefix: str, timeout: timedelta) -> Any:
 
 
 def init(timeout: float = 60.0, backend: str | None = None, job: Job | None = None,
-         replicas: int = 1) -> Context:
-    """Join the job: a local launcher's (`job`), or the one the environment describes (torchrun)."""
+         replicas: int = 1, outbox: Any = None) -> Context:
+    """Join the job: a local launcher's (`job`, reporting through `outbox`), or the one the
+    environment describes (torchrun). A local job's watcher starts before the rendezvous: a
+    record deleted there stops the job instead of leaving its readers waiting."""
     grank, gworld = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     replicas = job.replicas if job is not None else replicas
     if replicas < 1 or gworld % replicas:
@@ -133,17 +167,25 @@ def init(timeout: float = 60.0, backend: str | None = None, job: Job | None = No
     device = _device(backend, grank)
     td = timedelta(seconds=timeout)
     if job is not None:
-        store = connect(job.host, job.port, job.prefix, td)
+        store = SignedStore(connect(job.host, job.port, job.prefix, td), bytes.fromhex(job.key))
     else:
         store = connect(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), "tessel", td)
+    ctx = Context(rank, world, device, store, td, b"", grank, replica, replicas, outbox=outbox)
+    if job is not None:
+        ctx.key = bytes.fromhex(job.key)
+        _start_watcher(ctx)
     dist.init_process_group(backend, store=PrefixStore(f"replica{replica}", store), rank=rank,
                             world_size=world, timeout=td)
-    dp = _replica_group(backend, PrefixStore(f"dp{rank}", store), replica, replicas, td)
-    key = bytes.fromhex(job.key) if job is not None else _shared_key(device, grank, dp)
-    ctx = Context(rank, world, device, store, td, key, grank, replica, replicas, dp)
+    ctx.dp = _replica_group(backend, PrefixStore(f"dp{rank}", store), replica, replicas, td)
+    if job is None:
+        ctx.key = _shared_key(device, grank, ctx.dp)
+        _start_watcher(ctx)
+    return ctx
+
+
+def _start_watcher(ctx: Context) -> None:
     ctx.watcher = threading.Thread(target=_watch, args=(ctx,), name="tessel-abort-watcher", daemon=True)
     ctx.watcher.start()
-    return ctx
 
 
 def _device(backend: str, grank: int) -> torch.device:
@@ -244,6 +286,7 @@ def _watch(ctx: Context) -> None:
     while not ctx.done.wait(POLL_SECONDS):
         try:
             note = ctx.aborted()
+            gone = ctx.store.missing() if isinstance(ctx.store, SignedStore) else []
             lost = 0
         except Exception:
             lost += 1
@@ -251,6 +294,8 @@ def _watch(ctx: Context) -> None:
                 log.error("rank %d stopped at %s: its job's store is gone", ctx.global_rank, ctx.where)
                 os._exit(1)
             continue
+        if gone:
+            _tampered(ctx, gone)
         if note is None:
             continue
         origin, _, message = note.partition("|")
@@ -258,11 +303,25 @@ def _watch(ctx: Context) -> None:
             return
         stop = stop_note(ctx.global_rank, ctx.where, origin)
         try:
-            ctx.put(f"stopped/{ctx.global_rank}", stop)
+            ctx.tell("stopped", stop)
         except Exception:
             pass
         log.error("%s: %s", stop, message)
         os._exit(1)
+
+
+def _tampered(ctx: Context, gone: list[str]) -> None:
+    """A key this rank wrote was deleted from outside: its readers would wait for it until the
+    timeout, so the job stops now, naming it."""
+    message = (f"rank {ctx.global_rank}: store key {gone[0]!r} (written by this rank) was deleted by "
+               f"a process outside the job; stopping at {ctx.where}")
+    log.error("%s", message)
+    try:
+        ctx.tell("error", message)
+        ctx.abort(f"{ctx.global_rank}|{message}")
+    except Exception:
+        pass
+    os._exit(1)
 
 
 def stop_note(rank: int, where: str, origin: str) -> str:

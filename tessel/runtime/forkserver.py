@@ -13,7 +13,13 @@ import os
 import signal
 from typing import Any
 
+from ..errors import LimitError
+
 log = logging.getLogger(__name__)
+
+PROCESSES_PER_CORE = 4    # ranks mostly wait on each other: a few per core still make progress
+MIN_PROCESSES = 8         # what any machine may run (tests and examples use up to 8 ranks)
+RANK_BYTES = 256 * 2**20  # a rank's resident memory with torch loaded (measured ~63-200 MiB), rounded up
 
 # the workers' imports; none of them, nor a training step, imports sympy (torch.fx's symbolic
 # shapes, see executor.autograd_backward), torch._dynamo (torch.optim) or transformers: a test checks
@@ -30,6 +36,19 @@ def start_early() -> None:
     """Start the fork server and its imports now, in parallel with whatever the caller does next."""
     context()
     multiprocessing.forkserver.ensure_running()
+
+
+def alive() -> bool:
+    """Whether this process's fork server is running (False when it was never started)."""
+    server: Any = multiprocessing.forkserver._forkserver
+    pid = getattr(server, "_forkserver_pid", None)
+    if pid is None:
+        return False
+    try:  # not waitpid: multiprocessing reaps its server itself
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def stop() -> None:
@@ -50,3 +69,29 @@ def stop() -> None:
             pass
         server._stop_unlocked()  # closes its pipe, reaps it, removes its socket file
     log.info("stopped the fork server (pid %d)", pid)
+
+
+def capacity(nprocs: int) -> None:
+    """Refuse more processes than this machine holds: PROCESSES_PER_CORE per core (at least
+    MIN_PROCESSES) and RANK_BYTES each within the memory available now."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    most = max(MIN_PROCESSES, PROCESSES_PER_CORE * cores)
+    if nprocs > most:
+        raise LimitError(f"{nprocs} processes on {cores} cores: more than the {most} this machine runs "
+                         f"({PROCESSES_PER_CORE} per core); fewer devices or replicas, or --oversubscribe")
+    free = _available_memory()
+    if free is not None and nprocs * RANK_BYTES > free:
+        raise LimitError(f"{nprocs} processes need about {nprocs * RANK_BYTES / 2**30:.1f} GiB "
+                         f"({RANK_BYTES // 2**20} MiB each), more than the {free / 2**30:.1f} GiB available; "
+                         "fewer devices or replicas, or --oversubscribe")
+
+
+def _available_memory() -> int | None:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None

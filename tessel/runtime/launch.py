@@ -8,10 +8,15 @@ interrupted (any exception, KeyboardInterrupt included). A worker whose launcher
 outright) loses the store and ends itself (comm's watcher).
 
 Security: the store listens on the address asked for only (loopback by default: the socket is
-bound here and handed to the store), its keys live under a random namespace, and every value the
-runtime reads back is signed with a per-job random key that reaches the workers only through their
-spawn arguments. Results cross as JSON (`wire`), never pickled; gloo binds to the loopback
-interface for a loopback job.
+bound here and handed to the store), its keys live under a random namespace and hidden names, and
+every value in it, gloo's rendezvous records included, is signed with a per-job random key that
+reaches the workers only through their spawn arguments (`signed.SignedStore`). Each worker sends
+its result or its reason for failing through its own pipe to the launcher (no size limit, out of
+other processes' reach), as JSON (`wire`), never pickled; gloo binds to the loopback interface for
+a loopback job.
+
+Size: `forkserver.capacity` refuses, before any process starts, more ranks than the machine can hold (cores
+and available memory; `Options.oversubscribe` overrides).
 """
 from __future__ import annotations
 
@@ -32,11 +37,14 @@ from typing import Any
 import torch
 from torch._C._distributed_c10d import PrefixStore, TCPStore
 
+from ..errors import TesselError
 from . import comm, forkserver, wire
+from .signed import SignedStore
 
 log = logging.getLogger(__name__)
 
 GRACE_SECONDS = 5.0
+MAX_MESSAGE = 2**31 - 1   # most bytes one rank's report may take through its pipe
 
 
 class LaunchError(RuntimeError):
@@ -51,6 +59,7 @@ class Options:
     threads: int = 1            # torch threads per worker
     host: str = "127.0.0.1"     # the address the store listens on
     replicas: int = 1           # data-parallel replicas (nprocs = replicas x pipeline ranks)
+    oversubscribe: bool = False  # start more processes than the machine's cores and memory hold
 
 
 def launch(fn: Callable[..., Any], nprocs: int, args: Sequence[Any] = (), options: Options = Options()) -> list[Any]:
@@ -66,18 +75,24 @@ def launch(fn: Callable[..., Any], nprocs: int, args: Sequence[Any] = (), option
         raise ValueError(f"{nprocs} processes do not split into {options.replicas} data-parallel replicas")
     if not options.timeout > 0 or not options.pg_timeout > 0:
         raise ValueError(f"timeouts must be > 0 s, got {options.timeout:g} and {options.pg_timeout:g}")
+    if not options.oversubscribe:
+        forkserver.capacity(nprocs)
     server, port = serve_store(options.host, options.pg_timeout)
     job = comm.Job(options.host, port, f"tessel/{secrets.token_hex(16)}", secrets.token_hex(32),
                    options.replicas)
-    store = comm.Context(0, nprocs, torch.device("cpu"), PrefixStore(job.prefix, server),
-                         timedelta(seconds=options.pg_timeout), bytes.fromhex(job.key))
+    key = bytes.fromhex(job.key)
+    store = comm.Context(0, nprocs, torch.device("cpu"), SignedStore(PrefixStore(job.prefix, server), key),
+                         timedelta(seconds=options.pg_timeout), key)
     ctx = forkserver.context()
-    procs = [ctx.Process(target=_worker, args=(r, nprocs, job, fn, tuple(args), options),
+    pipes = [ctx.Pipe(duplex=False) for _ in range(nprocs)]
+    procs = [ctx.Process(target=_worker, args=(r, nprocs, job, fn, tuple(args), options, pipes[r][1]),
                          name=f"tessel-rank-{r}", daemon=True) for r in range(nprocs)]
+    inbox = _Inbox({pipes[r][0]: r for r in range(nprocs)})
     try:
-        for p in procs:
+        for p, (_, send) in zip(procs, pipes):
             p.start()
-        _supervise(procs, store, options)
+            send.close()  # the worker holds the only writing end: its exit ends the pipe
+        _supervise(procs, store, options, inbox)
     finally:
         # kill every survivor before waiting for any: a rank that saw a peer die would report it
         for p in procs:
@@ -86,7 +101,55 @@ def launch(fn: Callable[..., Any], nprocs: int, args: Sequence[Any] = (), option
         for p in procs:
             if p.pid is not None:
                 p.join()
-    return _collect(procs, store)
+        for _, send in pipes:
+            send.close()  # those of ranks that never started
+        inbox.drain()
+    return _collect(procs, store, inbox)
+
+
+class _Inbox:
+    """What the workers send through their pipes: each rank's result, and the failures in the
+    order they arrived (the first is the job's reason)."""
+
+    def __init__(self, readers: dict[Any, int]) -> None:
+        self.readers = readers
+        self.results: dict[int, str] = {}
+        self.notes: dict[int, str] = {}
+        self.errors: list[str] = []
+
+    def receive(self, conn: Any) -> None:
+        rank = self.readers.pop(conn)
+        try:
+            data = conn.recv_bytes(MAX_MESSAGE)
+        except (EOFError, OSError):  # the worker ended: nothing more from it
+            conn.close()
+            return
+        self.readers[conn] = rank
+        try:
+            msg = wire.decode(data.decode())
+            kind, text = msg["kind"], msg["text"]
+        except (UnicodeDecodeError, wire.WireError, KeyError, TypeError):
+            self.notes.setdefault(rank, f"rank {rank} sent a message that cannot be read")
+            return
+        if kind == "result":
+            self.results[rank] = text
+        elif kind == "error":
+            self.notes[rank] = text
+            self.errors.append(text)
+        else:
+            self.notes.setdefault(rank, text)
+
+    def drain(self) -> None:
+        """Read what the (now ended) workers left in their pipes."""
+        while self.readers:
+            ready = mp.connection.wait(list(self.readers), timeout=1.0)
+            if not ready:
+                break
+            for conn in ready:
+                self.receive(conn)
+        for conn in list(self.readers):
+            conn.close()
+        self.readers.clear()
 
 
 def serve_store(host: str, timeout: float) -> tuple[Any, int]:
@@ -102,7 +165,7 @@ def _family(host: str) -> socket.AddressFamily:
     return socket.AF_INET6 if ":" in host else socket.AF_INET
 
 
-def _supervise(procs: list[Any], store: comm.Context, options: Options) -> None:
+def _supervise(procs: list[Any], store: comm.Context, options: Options, inbox: _Inbox) -> None:
     deadline = time.monotonic() + options.timeout
     running = {p.sentinel: p for p in procs}
     failed_at: float | None = None
@@ -114,12 +177,33 @@ def _supervise(procs: list[Any], store: comm.Context, options: Options) -> None:
         limit = deadline if failed_at is None else failed_at + GRACE_SECONDS
         if now >= limit:
             return  # the caller kills who is left
-        for s in mp.connection.wait(list(running), timeout=limit - now):
+        for s in mp.connection.wait(list(running) + list(inbox.readers), timeout=limit - now):
+            if s in inbox.readers:
+                inbox.receive(s)
+                continue
             p = running.pop(s)
             p.join()
             if p.exitcode != 0 and failed_at is None:
                 failed_at = time.monotonic()
-                _abort(store, f"rank {_rank(p)} exited with code {p.exitcode}")
+                _abort(store, _exit_note(p))
+
+
+def _exit_note(p: Any) -> str:
+    """A rank's exit, or the fork server's death: its workers' statuses come through it, and it
+    reports 255 for every rank it can no longer see (they may well be running)."""
+    if p.exitcode == 255 and _fork_server_died():
+        return f"the fork server ended (killed?); rank {_rank(p)}'s exit status is unknown"
+    return f"rank {_rank(p)} exited with code {p.exitcode}"
+
+
+def _fork_server_died(wait: float = 1.0) -> bool:
+    """Whether the fork server is gone; its workers' pipes close a moment before it shows as dead."""
+    deadline = time.monotonic() + wait
+    while forkserver.alive():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
+    return True
 
 
 def _abort(store: comm.Context, message: str) -> None:
@@ -130,29 +214,31 @@ def _rank(p: Any) -> int:
     return int(p.name.rsplit("-", 1)[1])
 
 
-def _collect(procs: list[Any], store: comm.Context) -> list[Any]:
+def _collect(procs: list[Any], store: comm.Context, inbox: _Inbox) -> list[Any]:
     if all(p.exitcode == 0 for p in procs):
-        results = [store.read(f"result/{r}") for r in range(len(procs))]
-        missing = [r for r, x in enumerate(results) if x is None]
+        missing = [r for r in range(len(procs)) if r not in inbox.results]
         if missing:
-            raise LaunchError(f"ranks {missing} finished without a signed result")
+            raise LaunchError(f"ranks {missing} finished without sending a result")
         try:
-            return [wire.decode(x) for x in results if x is not None]
+            return [wire.decode(inbox.results[r]) for r in range(len(procs))]
         except wire.WireError as e:
             raise LaunchError(f"a rank's result cannot be read: {e}") from None
     notes = []
     for r, p in enumerate(procs):
-        note = store.read(f"error/{r}") or store.read(f"stopped/{r}")
-        notes.append(note or (f"rank {r} exited with code {p.exitcode}" if p.exitcode else f"rank {r} finished"))
-    first = notes[0]
-    abort = store.aborted()
-    if abort is not None:
-        first = abort.partition("|")[2]
+        note = inbox.notes.get(r)
+        notes.append(note or (_exit_note(p) if p.exitcode else f"rank {r} finished"))
+    # a rank's own reason leads; the launcher's (a timeout, an exit code) only when no rank gave one
+    first = inbox.errors[0] if inbox.errors else None
+    if first is None:
+        abort = store.aborted()
+        origin, _, message = (abort or "").partition("|")
+        first = message if abort and origin == "launcher" else next(
+            (_exit_note(p) for p in procs if p.exitcode), notes[0])
     raise LaunchError("\n".join([first] + [f"  {n}" for n in notes]))
 
 
 def _worker(rank: int, world: int, job: comm.Job, fn: Callable[..., Any], args: tuple[Any, ...],
-            options: Options) -> None:
+            options: Options, outbox: Any) -> None:
     # the launcher handles a Ctrl-C to the process group; ranks end when it kills them or leaves
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank))
@@ -161,14 +247,15 @@ def _worker(rank: int, world: int, job: comm.Job, fn: Callable[..., Any], args: 
     torch.set_num_threads(options.threads)
     ctx = None
     try:
-        ctx = comm.init(options.pg_timeout, options.backend, job)
+        ctx = comm.init(options.pg_timeout, options.backend, job, outbox=outbox)
         result = wire.encode(fn(ctx, *args))
-        ctx.put(f"result/{rank}", result)
+        ctx.tell("result", result)
         # leave together, through the store: a collective here would time out on a slow peer
         ctx.where = "the end (waiting for the other ranks)"
-        ctx.store.wait([f"result/{r}" for r in range(world)], timedelta(seconds=options.timeout))
+        ctx.put(f"done/{rank}", "1")
+        ctx.store.wait([f"done/{r}" for r in range(world)], timedelta(seconds=options.timeout))
     except BaseException as e:
-        _fail(rank, ctx, job, options, e)
+        _fail(rank, ctx, job, options, e, outbox)
     os._exit(0)
 
 
@@ -177,26 +264,39 @@ def _loopback_interface() -> str:
     return "lo" if "lo" in names or not names else next((n for n in names if n.startswith("lo")), "lo")
 
 
-def _fail(rank: int, ctx: comm.Context | None, job: comm.Job, options: Options, e: BaseException) -> None:
+def _fail(rank: int, ctx: comm.Context | None, job: comm.Job, options: Options, e: BaseException,
+          outbox: Any) -> None:
     """Report the failure and end the process at once (a clean exit could wait on peers)."""
-    message = str(e) if str(e).startswith(f"rank {rank}:") else f"rank {rank}: {type(e).__name__}: {e}"
+    text = str(e).splitlines()[0] if str(e).strip() else ""
+    message = text if text.startswith(f"rank {rank}:") else f"rank {rank}: {type(e).__name__}: {text}"
+    told = False
     try:
         if ctx is None:
             td = timedelta(seconds=options.pg_timeout)
+            key = bytes.fromhex(job.key)
             ctx = comm.Context(rank, 0, torch.device("cpu"),
-                               comm.connect(job.host, job.port, job.prefix, td), td, bytes.fromhex(job.key),
-                               global_rank=rank)
+                               SignedStore(comm.connect(job.host, job.port, job.prefix, td), key), td, key,
+                               global_rank=rank, outbox=outbox)
         note = ctx.aborted() or ""
         origin = note.partition("|")[0]
         if note and origin != str(rank):
             # a peer failed first and its exit broke our connection: ours is a consequence
             stop = comm.stop_note(rank, ctx.where, origin)
             log.error("%s", stop)
-            ctx.put(f"stopped/{rank}", stop)
+            ctx.tell("stopped", stop)
         else:
-            log.error("%s\n%s", message, "".join(traceback.format_exception(e)[-6:]))
-            ctx.put(f"error/{rank}", message)
+            # a TesselError (a forged store value, bad input) is its message; anything else a bug
+            trace = "" if isinstance(e, TesselError) else "\n" + "".join(traceback.format_exception(e)[-6:])
+            log.error("%s%s", message, trace)
+            ctx.tell("error", message)
+            told = True
             ctx.abort(f"{rank}|{message}")
+    except BaseException:
+        # the store may be what failed: the reason still reaches the launcher through the pipe
+        if not told:
+            try:
+                outbox.send_bytes(wire.encode({"kind": "error", "text": message}).encode())
+            except BaseException:
+                pass
     finally:
         os._exit(1)
-

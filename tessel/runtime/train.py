@@ -15,6 +15,7 @@ its peak, and per block what one micro-batch's forward keeps.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -62,6 +63,12 @@ class StepReport:
     grad_diff: float | None = None  # max relative gradient error over this rank's parameters (see FLOOR)
     params_checked: int = 0
     peak_bytes: int = 0  # most activation bytes this rank's graphs kept at once
+    nonfinite: str | None = None  # with check: the first NaN or infinity met (which run, which tensor)
+    worst: str = ""  # with check: the parameter with the largest gradient error
+
+    def __post_init__(self) -> None:
+        if self.nonfinite is None and self.reference_losses is not None:
+            object.__setattr__(self, "nonfinite", nonfinite_loss(self.losses, self.reference_losses))
 
     @property
     def loss(self) -> float | None:
@@ -86,7 +93,27 @@ class RankReport:
 
 
 def relative(x: float, ref: float) -> float:
+    """|x - ref| / |ref|; infinite when either is NaN or infinite (max() would drop a NaN)."""
+    if not (math.isfinite(x) and math.isfinite(ref)):
+        return math.inf
     return abs(x - ref) / max(abs(ref), TINY)
+
+
+def nonfinite_loss(losses: Mapping[str, float], reference: Mapping[str, float]) -> str | None:
+    """The first loss that is NaN or infinite, on either side, named."""
+    for side, values in (("the pipeline's", losses), ("the single-process run's", reference)):
+        for b, v in values.items():
+            if not math.isfinite(v):
+                return f"{side} loss of block {b} is {v}"
+    return None
+
+
+def nonfinite_grad(name: str, mine: Tensor | None, ref: Tensor | None) -> str | None:
+    """Which side's gradient of parameter `name` holds a NaN or an infinity, if any."""
+    for side, g in (("the pipeline's", mine), ("the single-process run's", ref)):
+        if g is not None and not bool(torch.isfinite(g).all()):
+            return f"{side} gradient of {name} holds {'NaN' if bool(torch.isnan(g).any()) else 'an infinity'}"
+    return None
 
 
 TINY = 1e-12
@@ -100,7 +127,8 @@ def train(job: TrainJob, options: Options | None = None) -> list[RankReport]:
     """Launch the job on (placement devices x replicas) local processes; replica 0's reports."""
     devices = int(job.schedule["placement"]["devices"])
     opts = options or Options()
-    opts = Options(opts.timeout, opts.pg_timeout, opts.backend, opts.threads, opts.host, job.replicas)
+    opts = Options(opts.timeout, opts.pg_timeout, opts.backend, opts.threads, opts.host, job.replicas,
+                   opts.oversubscribe)
     results = launch(run_jobs, devices * job.replicas, ([job],), opts)
     return [reports[0] for reports in results[:devices]]
 
@@ -201,20 +229,24 @@ class _Reference:
             losses = reference_losses(self.ex, self.blocks, batch)
             if self.params:
                 sum(losses.values()).backward()  # type: ignore[union-attr]
-        diff, checked = 0.0, 0
+        diff, checked, worst = 0.0, 0, ""
+        ref_losses = {b: float(x.detach()) for b, x in losses.items()}
+        bad = nonfinite_loss(result.losses, ref_losses)
         scale = max((float(p.grad.abs().max()) for p in self.params if p.grad is not None), default=0.0)
         for b, module in blocks.items():
             if b not in self.ex.flow.backward:
                 continue
             for name, p in module.named_parameters():
                 full = self.blocks[b].get_parameter(name).grad
-                if p.grad is None or full is None:
-                    diff = float("inf")
+                ref = None if p.grad is None or full is None else shard_of(p, full)
+                bad = bad or nonfinite_grad(f"{b}.{name}", p.grad, ref)
+                if p.grad is None or ref is None:
+                    err = math.inf
                 else:
-                    ref = shard_of(p, full)
-                    err = float((p.grad.cpu() - ref).abs().max())
-                    diff = max(diff, err / max(float(ref.abs().max()), FLOOR * scale, TINY))
+                    err = float((p.grad.cpu() - ref).abs().max()) / max(float(ref.abs().max()), FLOOR * scale, TINY)
+                if not err <= diff:  # a NaN error counts as the worst
+                    diff, worst = (err if math.isfinite(err) else math.inf), f"{b}.{name}"
                 checked += 1
         sgd_step(self.params, self.lr)
-        return StepReport(result.losses, result.seconds, result.peak_graphs,
-                          {b: float(x.detach()) for b, x in losses.items()}, diff, checked, peak_bytes)
+        return StepReport(result.losses, result.seconds, result.peak_graphs, ref_losses, diff, checked,
+                          peak_bytes, bad, worst)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+import matplotlib
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.backends.backend_svg import FigureCanvasSVG
@@ -35,7 +36,10 @@ def save_figure(fig: Figure, path: str | Path, dpi: float = 110) -> Path:
     suffix = image_format(path)
     CANVAS[suffix](fig)
     buf = io.BytesIO()
-    fig.savefig(buf, format=suffix[1:], dpi=dpi)
+    # the same chart gives the same bytes: no date in the file, and SVG ids from a fixed salt
+    metadata = {"Date": None} if suffix == ".svg" else {"Software": None}
+    with matplotlib.rc_context({"svg.hashsalt": "tessel"}):
+        fig.savefig(buf, format=suffix[1:], dpi=dpi, metadata=metadata)
     fig.clear()
     atomic_write(path, buf.getvalue())
     return Path(path)
