@@ -24,7 +24,8 @@ is replayed on the real durations (order kept), so rounding durations up to the 
 costs nothing against a baseline.
 
 The bound in the report is the best proven one: FORMAT.md's, the fill through all-device blocks,
-Little's law on the memory limit (bounds.py), or a CP-SAT bound on an exact grid.
+Little's law on the memory limit, one device at a time with every task's own release and tail
+(latency and memory included; bounds.py), or a CP-SAT bound on an exact grid.
 """
 from __future__ import annotations
 
@@ -535,6 +536,9 @@ def _lower_bound(run: Run) -> tuple[Number, str]:
             x = bounds.memory_lower_bound(pl, n, d, holds, limit[d])
             if x > best[0] + EPS:
                 best = (x, "memory")
+    device = bounds.device_lower_bound(pl, n, p.real_holds())  # latency and memory, task by task
+    if device > best[0] + EPS:
+        best = (device, "device")
     if run.solver_bound is not None and p.real(run.solver_bound) > best[0] + EPS:
         best = (p.real(run.solver_bound), "solver")
     return best

@@ -114,6 +114,17 @@ class Problem:
                     dist[y] = max(dist.get(y, 0), dist[x] + self.gap(x, y))
         return dist[r] + self.duration[r]
 
+    def real_holds(self) -> dict[int, tuple[Number, list[tuple[str, str, Number]]]]:
+        """Per limited device whose memory pairs up (memory_pairs), its real limit and holds:
+        the `memory` argument of bounds.device_lower_bound."""
+        limit = self.real_limit()
+        out: dict[int, tuple[Number, list[tuple[str, str, Number]]]] = {}
+        for d in self.limited_devices():
+            pairs = self.memory_pairs(d)
+            if pairs and limit is not None:
+                out[d] = (limit[d], [(a, r, _unscale(x, self.memory_scale)) for a, r, x in pairs])
+        return out
+
     def cap(self, device: int) -> int:
         """The memory limit of a limited device, in memory units."""
         assert self.limit is not None, "only limited devices have a cap"
