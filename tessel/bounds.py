@@ -5,9 +5,11 @@ own release and tail, where latency and memory limits delay the k-th micro-batch
 from __future__ import annotations
 
 import heapq
-from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
 
 from . import graph
 from .placement import Number, Placement
@@ -118,63 +120,138 @@ def shard_lower_bound(p: Placement, micro_batches: int) -> Number:
 
 
 # ---- one device at a time, every task with its own release and tail ----------------------------
-STAGGER_TASKS = 200_000  # most (task, device) pairs the per-copy releases are worked out for
+STAGGER_TASKS = 50_000  # most (task, device) pairs the per-copy releases are worked out for (about a second)
 
 
-def staggered_releases(p: Placement, micro_batches: int,
-                       floor: Mapping[str, Sequence[Number]] | None = None) -> dict[str, list[Number]]:
+Holds = Sequence[tuple[str, str, Number]]  # (allocating block, releasing block, amount) of one micro-batch
+Memory = Mapping[int, tuple[Number, Holds]]  # device -> (its limit, its holds)
+Vec = np.ndarray[Any, np.dtype[np.float64]]  # one value per micro-batch
+Rows = dict[str, Vec]  # per block
+RATE_BLOCKS = 2000  # most blocks for the device term of the staggered releases and tails
+MEMORY_MICRO_BATCHES = 1024  # most micro-batches for the memory argument (its tables are N x N ends)
+MEMORY_ROUNDS = 32  # rounds of memory delays at most (each carries a delay one round trip on)
+EPS_MEMORY = 1e-9  # a release counted as ended a hair early: that only lowers the bound
+
+
+def staggered_releases(p: Placement, micro_batches: int, memory: Memory | None = None) -> Rows:
     """r[b][k]: the least start of the k-th task of block b in time order (k = 0 .. N-1).
 
-    Valid for every schedule, by three arguments:
+    Valid for every schedule, by four arguments:
     - inputs: the first k+1 tasks of b belong to k+1 micro-batches whose tasks of an input a
       are k+1 distinct tasks of a, one of them at least the k-th to start; so
       r[b][k] >= r[a][k] + duration(a) + latency(a, b);
     - itself: the tasks of b run one after another, so r[b][k] >= r[b][k-1] + duration(b);
     - its device: before the k-th task of b starts, each device d of b ran k tasks of b and, of
       every ancestor of b on d, the k+1 tasks of those micro-batches, none before the earliest
-      of their first starts (up to RATE_BLOCKS blocks: ancestor sets cost their square).
-    r[b][0] is the earliest start (the longest path, latency included)."""
+      of their first starts (up to RATE_BLOCKS blocks: ancestor sets cost their square);
+    - memory (`memory`: per device its limit and holds, as memory_lower_bound): when the k-th
+      task of an allocating block a starts, at time t, the k+1 micro-batches that started a each
+      hold every amount x of a hold (a', r') with a' = a or an ancestor of a until their task of
+      r' ends, and at most E(r', t) of them have: the tasks of r' whose least end is <= t
+      (releases count first at equal times). So sum x * max(0, k + 1 - E(r', t)) <= limit,
+      and r[a][k] is at least the least such t. This is where latency meets memory: the k-th
+      forward waits for the releases of the backwards a round trip away. Each round of
+      delays uses the releases of the round before (valid bounds themselves), up to
+      MEMORY_ROUNDS rounds or until nothing moves.
+    r[b][0] is at least the earliest start (the longest path, latency included)."""
     return _staggered(p, micro_batches, p.topo_order, p.preds,
-                      lambda a, x: p.by_id[a].duration + p.edge_latency(a, x), graph.ancestors, floor)
+                      lambda a, x: p.by_id[a].duration + p.edge_latency(a, x), memory)
 
 
-def staggered_tails(p: Placement, micro_batches: int) -> dict[str, list[Number]]:
+def staggered_tails(p: Placement, micro_batches: int, memory: Memory | None = None) -> Rows:
     """q[b][k]: the least time after the end of the k-th last task of b to end (k = 0: the last
-    one); the mirror image of staggered_releases, outputs for inputs, by the same arguments."""
+    one); staggered_releases of the schedule read backwards in time: outputs for inputs, and a
+    hold (a, r) taken at r's end and given back at a's start. The memory argument holds as is
+    backwards: just before the k-th last task of r ends, the k+1 micro-batches whose r has not
+    ended hold x for every hold (a', r') with r' = r or a descendant of r whose a' had started,
+    and the tasks of a' that start at or after that time are at most those whose least time
+    after their start (q + duration) fits."""
+    back = None if memory is None else {d: (limit, [(r, a, x) for a, r, x in holds])
+                                        for d, (limit, holds) in memory.items()}
     return _staggered(p, micro_batches, tuple(reversed(p.topo_order)), p.succs,
-                      lambda s, x: p.by_id[s].duration + p.edge_latency(x, s), graph.ancestors)
-
-
-RATE_BLOCKS = 2000  # most blocks for the device term of the staggered releases and tails
+                      lambda s, x: p.by_id[s].duration + p.edge_latency(x, s), back)
 
 
 def _staggered(p: Placement, n: int, order: Sequence[str], before: Mapping[str, Sequence[str]],
-               gap: Callable[[str, str], Number],
-               closure: Callable[[Sequence[str], Mapping[str, Sequence[str]]], Mapping[str, frozenset[str]]],
-               floor: Mapping[str, Sequence[Number]] | None = None) -> dict[str, list[Number]]:
-    """The recursion of staggered_releases along `order` (`before`: the blocks that come first),
-    each value at least its `floor` (bounds proven another way)."""
-    near = closure(order, before) if len(order) <= RATE_BLOCKS else None
-    r: dict[str, list[Number]] = {}
+               gap: Callable[[str, str], Number], memory: Memory | None) -> Rows:
+    """The recursion of staggered_releases along `order` (`before`: the blocks that come first)."""
+    near = graph.ancestors(order, before) if len(order) <= RATE_BLOCKS else None
+    r = _propagate(p, n, order, before, gap, near, {})
+    waits = _memory_waits(memory, near) if memory and near is not None and n <= MEMORY_MICRO_BATCHES else {}
+    floor: Rows = {}
+    moved = set(order)  # blocks whose values changed in the last round
+    for _ in range(MEMORY_ROUNDS if waits else 0):
+        for a, lists in waits.items():  # a floor moves only when its block or a release moved
+            if a in moved or any(rel in moved for _, holds in lists for rel, _ in holds):
+                floor[a] = _memory_floor(p, r, a, lists)
+        if all(np.array_equal(floor[a], r[a]) for a in floor):
+            break
+        before_round, r = r, _propagate(p, n, order, before, gap, near, floor)
+        moved = {x for x in order if not np.array_equal(r[x], before_round[x])}
+    return r
+
+
+def _propagate(p: Placement, n: int, order: Sequence[str], before: Mapping[str, Sequence[str]],
+               gap: Callable[[str, str], Number], near: Mapping[str, frozenset[str]] | None,
+               floor: Rows) -> Rows:
+    """One pass of the first three arguments over all micro-batches at once, from `floor` up."""
+    k = np.arange(n, dtype=np.float64)
+    r: Rows = {}
     for x in order:
         b = p.by_id[x]
-        row: list[Number] = list(floor[x]) if floor is not None and x in floor else [0] * n
+        row = floor[x].copy() if x in floor else np.zeros(n)
         for a in before[x]:
-            g, ra = gap(a, x), r[a]
-            for k in range(n):
-                row[k] = max(row[k], ra[k] + g)
-        if near is not None:
-            for d in b.devices:
-                on = [a for a in near[x] if d in p.by_id[a].devices]
-                if on:
-                    first = min([row[0], *(r[a][0] for a in on)])
-                    work = sum(p.by_id[a].duration for a in on)
-                    for k in range(n):
-                        row[k] = max(row[k], first + (k + 1) * work + k * b.duration)
-        for k in range(1, n):
-            row[k] = max(row[k], row[k - 1] + b.duration)
-        r[x] = row
+            np.maximum(row, r[a] + gap(a, x), out=row)
+        for d in b.devices if near is not None else ():
+            on = [a for a in near[x] if d in p.by_id[a].devices]  # type: ignore[index]
+            if on:
+                first = min(row[0], *(r[a][0] for a in on))
+                work = sum(p.by_id[a].duration for a in on)
+                np.maximum(row, first + (k + 1) * work + k * b.duration, out=row)
+        # r[k] >= r[k-1] + duration: a running maximum of r[k] - k * duration
+        r[x] = np.maximum.accumulate(row - k * b.duration) + k * b.duration
     return r
+
+
+def _memory_waits(memory: Memory, anc: Mapping[str, frozenset[str]]) -> dict[str, list[tuple[Number, list[tuple[str, Number]]]]]:
+    """Per allocating block, per device: the limit and the (releasing block, amount) of every
+    hold a micro-batch has taken once it starts that block."""
+    out: dict[str, list[tuple[Number, list[tuple[str, Number]]]]] = {}
+    for limit, holds in memory.values():
+        for a in sorted({a for a, _, _ in holds}):
+            mine = [(rel, x) for a2, rel, x in holds if (a2 == a or a2 in anc[a]) and x > 0]
+            if mine:
+                out.setdefault(a, []).append((limit, mine))
+    return out
+
+
+def _memory_floor(p: Placement, r: Rows, a: str, lists: Sequence[tuple[Number, Sequence[tuple[str, Number]]]],
+                  ) -> Vec:
+    """r[a] raised by the memory argument on each of a's devices: per k, the least t >= r[a][k]
+    with sum x * max(0, k + 1 - E(rel, t)) <= limit; held() only falls at the releases' ends,
+    so t is r[a][k] itself or the first end at which enough is free."""
+    out = r[a].copy()
+    need = np.arange(1, len(out) + 1, dtype=np.float64)  # k + 1
+    for limit, holds in lists:
+        ends = [(r[rel] + p.by_id[rel].duration, x) for rel, x in holds]
+        times = np.unique(np.concatenate([e for e, _ in ends]))
+
+        def held(at: Vec, k1: Vec,
+                 ends: list[tuple[Vec, Number]] = ends,
+                 ) -> Vec:
+            total = np.zeros(np.broadcast_shapes(at.shape, k1.shape))
+            for e, x in ends:  # E(rel, t) counted a hair high
+                total += x * np.maximum(0.0, k1 - np.searchsorted(e, at + EPS_MEMORY, side="right"))
+            return total
+        now = held(out, need) <= limit + EPS_MEMORY
+        # per k, the first end that fits, by bisection for all k at once (the last end always fits)
+        lo, hi = np.zeros(len(out), dtype=np.int64), np.full(len(out), len(times) - 1)
+        while (lo < hi).any():
+            mid = (lo + hi) // 2
+            ok = held(times[mid], need) <= limit + EPS_MEMORY
+            hi, lo = np.where(ok, mid, hi), np.where(ok, lo, mid + 1)
+        out = np.where(now, out, np.maximum(out, times[lo]))
+    return np.asarray(out, dtype=np.float64)
 
 
 def one_machine_bound(jobs: Sequence[tuple[Number, Number, Number]]) -> Number:
@@ -205,32 +282,24 @@ def one_machine_bound(jobs: Sequence[tuple[Number, Number, Number]]) -> Number:
     return best
 
 
-Holds = Sequence[tuple[str, str, Number]]  # (allocating block, releasing block, amount) of one micro-batch
-MEMORY_PASSES = 3  # rounds of memory-delayed releases (each uses the previous round's releases)
-
-
-def device_lower_bound(p: Placement, micro_batches: int,
-                       memory: Mapping[int, tuple[Number, Holds]] | None = None) -> Number:
+def device_lower_bound(p: Placement, micro_batches: int, memory: Memory | None = None) -> Number:
     """max over devices of the one-machine bound of its N x blocks tasks, each task with its own
     release and tail (staggered_releases / staggered_tails: the k-th task of a block to start
     is the (N-1-k)-th last to end, as a block's tasks on a device run one after another).
-    `memory` maps a device to its limit and its holds (as memory_lower_bound): then a task that
-    allocates also waits for enough releases (memory_releases).
+    `memory` maps a device to its limit and its holds: a task that allocates also waits for
+    enough releases.
 
     It is at least lower_bound(): the set of all of a device's tasks gives head + N * load +
     tail, and one micro-batch's path through a device gives the critical path. Where latency
     matters it adds what head + N * load + tail misses: a block whose first task must wait for
     a round trip through other devices (the V's backward after its forward) splits the
     device's work, and the part after the wait cannot start before it; with a memory limit,
-    the device can run only so many forwards before the first round trip's releases come back.
-    Above STAGGER_TASKS (task, device) pairs, every task of a block shares its head and tail."""
+    a device can start only so many micro-batches before the releases of the first round trip
+    come back. Above STAGGER_TASKS (task, device) pairs, a block's tasks share its head and tail."""
     n = micro_batches
     pairs = n * sum(len(b.devices) for b in p.blocks)
     if pairs <= STAGGER_TASKS:
-        r = staggered_releases(p, n)
-        if memory and len(p.blocks) <= RATE_BLOCKS:
-            r = memory_releases(p, n, memory, r)
-        q = staggered_tails(p, n)
+        r, q = staggered_releases(p, n, memory), staggered_tails(p, n, memory)
         jobs_of = {b.id: [(r[b.id][k], b.duration, q[b.id][n - 1 - k]) for k in range(n)] for b in p.blocks}
     else:
         pt = paths(p)
@@ -241,52 +310,3 @@ def device_lower_bound(p: Placement, micro_batches: int,
         if on:
             best = max(best, one_machine_bound([j for b in on for j in jobs_of[b.id]]))
     return best
-
-
-def memory_releases(p: Placement, micro_batches: int, memory: Mapping[int, tuple[Number, Holds]],
-                    r: dict[str, list[Number]]) -> dict[str, list[Number]]:
-    """Staggered releases that also wait for memory. When the k-th task of an allocating block a
-    starts, at time t, the k+1 micro-batches that started a each hold every amount x of a hold
-    (a', r') with a' = a or an ancestor of a until their task of r' ends; at most E(r', t) of
-    them have, where E counts the tasks of r' whose least end (r[r'][j] + duration) is <= t
-    (releases count first at equal times). So sum x * max(0, k + 1 - E(r', t)) <= limit, and
-    the least such t is a release of that task. Each round uses the previous round's releases
-    (all valid lower bounds), and the recursion then carries the delays to every descendant."""
-    n = micro_batches
-    anc = graph.ancestors(p.topo_order, p.preds)
-    for _ in range(MEMORY_PASSES):
-        floor: dict[str, list[Number]] = {}
-        for limit, holds in memory.values():
-            for a in {a for a, _, _ in holds}:
-                mine = [(rel, x) for a2, rel, x in holds if a2 == a or a2 in anc[a]]
-                row = _memory_delays(p, n, limit, mine, r[a], r)
-                floor[a] = [max(u, v) for u, v in zip(floor.get(a, row), row)]
-        if all(floor[a] == r[a] for a in floor):
-            break
-        r = staggered_releases(p, n, floor)
-    return r
-
-
-def _memory_delays(p: Placement, n: int, limit: Number, holds: Sequence[tuple[str, Number]],
-                   start: Sequence[Number], r: Mapping[str, Sequence[Number]]) -> list[Number]:
-    """Per k, the least t >= start[k] with sum x * max(0, k + 1 - E(rel, t)) <= limit."""
-    ends = {rel: [t + p.by_id[rel].duration for t in r[rel]] for rel, _ in holds}
-    times = sorted({t for e in ends.values() for t in e})
-    out: list[Number] = []
-    i = 0
-
-    def held(k: int, t: Number) -> Number:
-        return sum(x * max(0, k + 1 - bisect_right(ends[rel], t)) for rel, x in holds)
-    for k in range(n):
-        # the least t is start[k] or one of the ends; held() falls with t and rises with k,
-        # so the index into the ends only moves forward as k grows
-        if held(k, start[k]) <= limit + EPS_MEMORY:
-            out.append(start[k])
-            continue
-        while i < len(times) and (times[i] <= start[k] or held(k, times[i]) > limit + EPS_MEMORY):
-            i += 1
-        out.append(times[i] if i < len(times) else start[k])  # past the last end nothing is held
-    return out
-
-
-EPS_MEMORY = 1e-9

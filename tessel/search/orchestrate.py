@@ -536,7 +536,7 @@ def _lower_bound(run: Run) -> tuple[Number, str]:
             x = bounds.memory_lower_bound(pl, n, d, holds, limit[d])
             if x > best[0] + EPS:
                 best = (x, "memory")
-    device = bounds.device_lower_bound(pl, n, p.real_holds())  # latency and memory, task by task
+    device = p.device_bound(n)  # latency and memory, task by task
     if device > best[0] + EPS:
         best = (device, "device")
     if run.solver_bound is not None and p.real(run.solver_bound) > best[0] + EPS:

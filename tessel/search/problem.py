@@ -125,6 +125,18 @@ class Problem:
                 out[d] = (limit[d], [(a, r, _unscale(x, self.memory_scale)) for a, r, x in pairs])
         return out
 
+    def device_bound(self, micro_batches: int) -> Number:
+        """bounds.device_lower_bound of the real placement under the real limits (computed once
+        per N: it walks every task of every device)."""
+        if micro_batches not in self._device_bounds:
+            self._device_bounds[micro_batches] = bounds.device_lower_bound(self.placement, micro_batches,
+                                                                           self.real_holds())
+        return self._device_bounds[micro_batches]
+
+    @cached_property
+    def _device_bounds(self) -> dict[int, Number]:
+        return {}
+
     def cap(self, device: int) -> int:
         """The memory limit of a limited device, in memory units."""
         assert self.limit is not None, "only limited devices have a cap"
