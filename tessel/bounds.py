@@ -5,6 +5,8 @@ own release and tail, where latency and memory limits delay the k-th micro-batch
 from __future__ import annotations
 
 import heapq
+import math
+from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -128,8 +130,7 @@ Memory = Mapping[int, tuple[Number, Holds]]  # device -> (its limit, its holds)
 Vec = np.ndarray[Any, np.dtype[np.float64]]  # one value per micro-batch
 Rows = dict[str, Vec]  # per block
 RATE_BLOCKS = 2000  # most blocks for the device term of the staggered releases and tails
-MEMORY_MICRO_BATCHES = 1024  # most micro-batches for the memory argument (its tables are N x N ends)
-MEMORY_ROUNDS = 32  # rounds of memory delays at most (each carries a delay one round trip on)
+JOB_GROUPS = 48  # a block's tasks on a device as at most this many jobs of the one-machine bound
 EPS_MEMORY = 1e-9  # a release counted as ended a hair early: that only lowers the bound
 
 
@@ -150,9 +151,7 @@ def staggered_releases(p: Placement, micro_batches: int, memory: Memory | None =
       r' ends, and at most E(r', t) of them have: the tasks of r' whose least end is <= t
       (releases count first at equal times). So sum x * max(0, k + 1 - E(r', t)) <= limit,
       and r[a][k] is at least the least such t. This is where latency meets memory: the k-th
-      forward waits for the releases of the backwards a round trip away. Each round of
-      delays uses the releases of the round before (valid bounds themselves), up to
-      MEMORY_ROUNDS rounds or until nothing moves.
+      forward waits for the releases of the backwards a round trip away.
     r[b][0] is at least the earliest start (the longest path, latency included)."""
     return _staggered(p, micro_batches, p.topo_order, p.preds,
                       lambda a, x: p.by_id[a].duration + p.edge_latency(a, x), memory)
@@ -174,32 +173,52 @@ def staggered_tails(p: Placement, micro_batches: int, memory: Memory | None = No
 
 def _staggered(p: Placement, n: int, order: Sequence[str], before: Mapping[str, Sequence[str]],
                gap: Callable[[str, str], Number], memory: Memory | None) -> Rows:
-    """The recursion of staggered_releases along `order` (`before`: the blocks that come first)."""
+    """The recursion of staggered_releases along `order` (`before`: the blocks that come first):
+    without memory, all micro-batches at once; with it, micro-batch by micro-batch, as a memory
+    delay of the k-th task needs the releases' earlier tasks."""
     near = graph.ancestors(order, before) if len(order) <= RATE_BLOCKS else None
-    r = _propagate(p, n, order, before, gap, near, {})
-    waits = _memory_waits(memory, near) if memory and near is not None and n <= MEMORY_MICRO_BATCHES else {}
-    floor: Rows = {}
-    moved = set(order)  # blocks whose values changed in the last round
-    for _ in range(MEMORY_ROUNDS if waits else 0):
-        for a, lists in waits.items():  # a floor moves only when its block or a release moved
-            if a in moved or any(rel in moved for _, holds in lists for rel, _ in holds):
-                floor[a] = _memory_floor(p, r, a, lists)
-        if all(np.array_equal(floor[a], r[a]) for a in floor):
-            break
-        before_round, r = r, _propagate(p, n, order, before, gap, near, floor)
-        moved = {x for x in order if not np.array_equal(r[x], before_round[x])}
-    return r
+    r = _propagate(p, n, order, before, gap, near)
+    waits = _memory_waits(memory, near) if memory and near is not None else {}
+    return _with_memory(p, n, order, before, gap, r, near, waits) if waits and near is not None else r
+
+
+def _with_memory(p: Placement, n: int, order: Sequence[str], before: Mapping[str, Sequence[str]],
+                 gap: Callable[[str, str], Number], base: Rows, near: Mapping[str, frozenset[str]],
+                 waits: Mapping[str, Sequence[tuple[Number, Sequence[tuple[str, Number]]]]]) -> Rows:
+    """The values of `base` (every argument but memory) raised by the memory argument, k by k:
+    for each k, in `order`, the inputs' and its own earlier task's values carry every delay on.
+    A release that comes after the allocating block (a descendant) has not ended for the
+    micro-batch that starts it now: at most k of the k+1 have (the last field of a hold)."""
+    pos = {x: i for i, x in enumerate(order)}  # a block before x in `order` has its k-th value already
+    dur = {x: p.by_id[x].duration for x in order}
+    gaps = {x: [(a, gap(a, x)) for a in before[x]] for x in order}
+    low = {x: base[x].tolist() for x in order}
+    r: dict[str, list[float]] = {x: [] for x in order}
+    ends: dict[str, list[float]] = {x: [] for x in order}  # r + duration, as worked out
+    for k in range(n):
+        for x in order:
+            t = max(low[x][k], r[x][k - 1] + dur[x]) if k else low[x][0]
+            for a, g in gaps[x]:
+                t = max(t, r[a][k] + g)
+            for limit, holds in waits.get(x, ()):
+                t = _memory_wait(k, t, limit, [
+                    (ends[rel], amount, None if pos[rel] < pos[x] else
+                     (max(low[rel][k], ends[rel][-1]) if k else low[rel][0]) + dur[rel],
+                     k if x in near[rel] else k + 1)
+                    for rel, amount in holds])
+            r[x].append(t)
+            ends[x].append(t + dur[x])
+    return {x: np.array(row, dtype=np.float64) for x, row in r.items()}
 
 
 def _propagate(p: Placement, n: int, order: Sequence[str], before: Mapping[str, Sequence[str]],
-               gap: Callable[[str, str], Number], near: Mapping[str, frozenset[str]] | None,
-               floor: Rows) -> Rows:
-    """One pass of the first three arguments over all micro-batches at once, from `floor` up."""
+               gap: Callable[[str, str], Number], near: Mapping[str, frozenset[str]] | None) -> Rows:
+    """The first three arguments over all micro-batches at once."""
     k = np.arange(n, dtype=np.float64)
     r: Rows = {}
     for x in order:
         b = p.by_id[x]
-        row = floor[x].copy() if x in floor else np.zeros(n)
+        row = np.zeros(n)
         for a in before[x]:
             np.maximum(row, r[a] + gap(a, x), out=row)
         for d in b.devices if near is not None else ():
@@ -225,33 +244,56 @@ def _memory_waits(memory: Memory, anc: Mapping[str, frozenset[str]]) -> dict[str
     return out
 
 
-def _memory_floor(p: Placement, r: Rows, a: str, lists: Sequence[tuple[Number, Sequence[tuple[str, Number]]]],
-                  ) -> Vec:
-    """r[a] raised by the memory argument on each of a's devices: per k, the least t >= r[a][k]
-    with sum x * max(0, k + 1 - E(rel, t)) <= limit; held() only falls at the releases' ends,
-    so t is r[a][k] itself or the first end at which enough is free."""
-    out = r[a].copy()
-    need = np.arange(1, len(out) + 1, dtype=np.float64)  # k + 1
-    for limit, holds in lists:
-        ends = [(r[rel] + p.by_id[rel].duration, x) for rel, x in holds]
-        times = np.unique(np.concatenate([e for e, _ in ends]))
+def _memory_wait(k: int, t: float, limit: Number,
+                 holds: Sequence[tuple[list[float], Number, float | None, int]]) -> float:
+    """The least time >= t at which the k-th task of an allocating block may start, by the memory
+    argument of staggered_releases; holds: per release, the least ends of its tasks worked out
+    so far (0 .. k, or 0 .. k-1 and then `extra`, the k-th one's least end: at least its value
+    without memory and after the (k-1)-th one, as they run one after another), the amount and
+    the most of the k+1 micro-batches that can have ended it.
+    held() only falls at the releases' ends, so the least time is t itself or one of them.
+    A release counted as ended a hair early (EPS_MEMORY) only lowers the bound."""
+    def ended(e: list[float], extra: float | None, top: int, at: float) -> int:
+        count = bisect_right(e, at + EPS_MEMORY, 0, min(len(e), k + 1)) + int(extra is not None and extra <= at + EPS_MEMORY)
+        return min(count, top)
 
-        def held(at: Vec, k1: Vec,
-                 ends: list[tuple[Vec, Number]] = ends,
-                 ) -> Vec:
-            total = np.zeros(np.broadcast_shapes(at.shape, k1.shape))
-            for e, x in ends:  # E(rel, t) counted a hair high
-                total += x * np.maximum(0.0, k1 - np.searchsorted(e, at + EPS_MEMORY, side="right"))
-            return total
-        now = held(out, need) <= limit + EPS_MEMORY
-        # per k, the first end that fits, by bisection for all k at once (the last end always fits)
-        lo, hi = np.zeros(len(out), dtype=np.int64), np.full(len(out), len(times) - 1)
-        while (lo < hi).any():
+    def held(at: float) -> float:
+        return sum(x * max(0, k + 1 - ended(e, extra, top, at)) for e, x, extra, top in holds)
+    if held(t) <= limit + EPS_MEMORY:
+        return t
+    best = math.inf
+    for e, _, extra, _ in holds:  # per release, the first of its ends (after t) at which enough is free
+        def end(j: int, e: list[float] = e, extra: float | None = extra) -> float:
+            return e[j] if extra is None or j < k else extra
+        lo, hi = bisect_right(e, t, 0, k + 1 if extra is None else k), k
+        if extra is not None and lo == k and extra <= t:
+            lo = k + 1
+        if lo > hi or held(end(hi)) > limit + EPS_MEMORY:
+            continue
+        while lo < hi:
             mid = (lo + hi) // 2
-            ok = held(times[mid], need) <= limit + EPS_MEMORY
-            hi, lo = np.where(ok, mid, hi), np.where(ok, lo, mid + 1)
-        out = np.where(now, out, np.maximum(out, times[lo]))
-    return np.asarray(out, dtype=np.float64)
+            lo, hi = (lo, mid) if held(end(mid)) <= limit + EPS_MEMORY else (mid + 1, hi)
+        best = min(best, end(lo))
+    return t if best == math.inf else best
+
+
+def _grouped(release: Vec, duration: Number, tail: Vec) -> list[tuple[Number, Number, Number]]:
+    """A block's N tasks (k-th: release[k], tail[k]) as at most JOB_GROUPS jobs: the first and
+    last ones alone (where releases and tails differ most), the middle ones in runs, each run
+    one job with its least release, its summed durations and its least tail. A relaxation (the
+    run's job may be cut where its tasks ran), so the one-machine bound stays a lower bound."""
+    n = len(release)
+    if n <= JOB_GROUPS:
+        return [(float(release[k]), duration, float(tail[k])) for k in range(n)]
+    edge = JOB_GROUPS // 4
+    middle = n - 2 * edge
+    runs = JOB_GROUPS - 2 * edge
+    cuts = [0, *range(1, edge + 1), *(edge + (middle * i) // runs for i in range(1, runs)), *range(n - edge, n + 1)]
+    out = []
+    for a, b in zip(cuts, cuts[1:]):
+        if b > a:  # releases rise and tails fall with k: the run's least are at its ends
+            out.append((float(release[a]), (b - a) * duration, float(tail[b - 1])))
+    return out
 
 
 def one_machine_bound(jobs: Sequence[tuple[Number, Number, Number]]) -> Number:
@@ -300,7 +342,7 @@ def device_lower_bound(p: Placement, micro_batches: int, memory: Memory | None =
     pairs = n * sum(len(b.devices) for b in p.blocks)
     if pairs <= STAGGER_TASKS:
         r, q = staggered_releases(p, n, memory), staggered_tails(p, n, memory)
-        jobs_of = {b.id: [(r[b.id][k], b.duration, q[b.id][n - 1 - k]) for k in range(n)] for b in p.blocks}
+        jobs_of = {b.id: _grouped(r[b.id], b.duration, q[b.id][::-1]) for b in p.blocks}
     else:
         pt = paths(p)
         jobs_of = {b.id: [(pt.earliest[b.id], n * b.duration, pt.tail[b.id] - b.duration)] for b in p.blocks}
