@@ -195,17 +195,24 @@ def _with_memory(p: Placement, n: int, order: Sequence[str], before: Mapping[str
     low = {x: base[x].tolist() for x in order}
     r: dict[str, list[float]] = {x: [] for x in order}
     ends: dict[str, list[float]] = {x: [] for x in order}  # r + duration, as worked out
+    # per allocating block and device: limit, all its holds' amounts, (release, amount, worked out
+    # before it in a round, a descendant of it)
+    plan = {x: [(limit, sum(amount for _, amount in holds),
+                 [(rel, amount, pos[rel] < pos[x], x in near[rel]) for rel, amount in holds])
+                for limit, holds in lists] for x, lists in waits.items()}
     for k in range(n):
         for x in order:
             t = max(low[x][k], r[x][k - 1] + dur[x]) if k else low[x][0]
             for a, g in gaps[x]:
                 t = max(t, r[a][k] + g)
-            for limit, holds in waits.get(x, ()):
+            for limit, total, holds in plan.get(x, ()):
+                if (k + 1) * total <= limit:  # all k+1 micro-batches fit whatever has ended
+                    continue
                 t = _memory_wait(k, t, limit, [
-                    (ends[rel], amount, None if pos[rel] < pos[x] else
-                     (max(low[rel][k], ends[rel][-1]) if k else low[rel][0]) + dur[rel],
-                     k if x in near[rel] else k + 1)
-                    for rel, amount in holds])
+                    (ends[rel], amount,
+                     None if known else (max(low[rel][k], ends[rel][-1]) if k else low[rel][0]) + dur[rel],
+                     k if after else k + 1)
+                    for rel, amount, known, after in holds])
             r[x].append(t)
             ends[x].append(t + dur[x])
     return {x: np.array(row, dtype=np.float64) for x, row in r.items()}
