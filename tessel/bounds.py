@@ -122,7 +122,7 @@ def shard_lower_bound(p: Placement, micro_batches: int) -> Number:
 
 
 # ---- one device at a time, every task with its own release and tail ----------------------------
-STAGGER_TASKS = 50_000  # most (task, device) pairs the per-copy releases are worked out for (about a second)
+STAGGER_TASKS = 20_000  # most (task, device) pairs the per-copy releases are worked out for (a fraction of a second)
 
 
 Holds = Sequence[tuple[str, str, Number]]  # (allocating block, releasing block, amount) of one micro-batch
