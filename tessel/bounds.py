@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from . import graph
+from .numeric import EPS
 from .placement import Number, Placement
 
 
@@ -121,11 +122,41 @@ def shard_lower_bound(p: Placement, micro_batches: int) -> Number:
     return micro_batches * shared + best
 
 
+Holds = Sequence[tuple[str, str, Number]]  # (allocating block, releasing block, amount) of one device
+
+
+def proven_lower_bound(p: Placement, micro_batches: int, memory: Sequence[tuple[int, Holds, Number]] = (),
+                       solver: Number | None = None, objective: str = "makespan",
+                       device: Number | None = None) -> tuple[Number, str]:
+    """The best proven lower bound of a search's objective, and which argument proved it:
+    FORMAT.md's (analytic), the fill through all-device blocks (shard), Little's law on each
+    limited device's (device, holds, limit) in `memory` (memory), one device at a time with
+    every task's own release and tail, latency and memory included (device: device_lower_bound,
+    worked out here unless given), or a `solver` bound proven on an exact grid. The span
+    objective (each device's own work) has its own."""
+    if objective == "span":
+        return max(micro_batches * x for x in p.loads), "analytic"
+    best: tuple[Number, str] = (lower_bound(p, micro_batches), "analytic")
+    shard = shard_lower_bound(p, micro_batches)
+    if shard > best[0] + EPS:
+        best = (shard, "shard")
+    for d, holds, limit in memory:
+        x = memory_lower_bound(p, micro_batches, d, holds, limit)
+        if x > best[0] + EPS:
+            best = (x, "memory")
+    if device is None:
+        device = device_lower_bound(p, micro_batches, {d: (limit, holds) for d, holds, limit in memory})
+    if device > best[0] + EPS:
+        best = (device, "device")
+    if solver is not None and solver > best[0] + EPS:
+        best = (solver, "solver")
+    return best
+
+
 # ---- one device at a time, every task with its own release and tail ----------------------------
 STAGGER_TASKS = 20_000  # most (task, device) pairs the per-copy releases are worked out for (a fraction of a second)
 
 
-Holds = Sequence[tuple[str, str, Number]]  # (allocating block, releasing block, amount) of one micro-batch
 Memory = Mapping[int, tuple[Number, Holds]]  # device -> (its limit, its holds)
 Vec = np.ndarray[Any, np.dtype[np.float64]]  # one value per micro-batch
 Rows = dict[str, Vec]  # per block
