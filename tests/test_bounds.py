@@ -11,6 +11,7 @@ from shared_files import checker_verdict
 from tessel import bounds, library
 from tessel.placement import Block, Number, Placement, make_placement
 from tessel.search import search
+from tessel.search.budget import Clock
 from tessel.search.exact import solve_exact
 from tessel.search.fast import sequential
 from tessel.search.modulo import steady_memory
@@ -66,7 +67,7 @@ def _tiny(seed: int) -> tuple[Placement, int, tuple[Number, ...] | None]:
 def _optimum(p: Placement, n: int, memory: tuple[Number, ...] | int | None) -> tuple[Number, Number, Number] | None:
     """(exact optimum, old bound, new bound), or None when the solve does not prove optimality."""
     problem = make_problem(p, memory)
-    res = solve_exact(problem, n, 30, 1)
+    res = solve_exact(problem, n, Clock(30.0), 1)
     if res.status != "optimal" or res.objective is None:
         return None
     new = bounds.device_lower_bound(p, n, problem.real_holds() if memory is not None else None)
