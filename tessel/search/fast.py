@@ -31,6 +31,10 @@ from .problem import Problem
 log = logging.getLogger(__name__)
 Busy = list[tuple[int, int]]  # (phase, duration) on one device, sorted
 MAX_STEPS = 64  # periods tried upward from the bound before one micro-batch at a time
+# periods tried before the deadline may stop the climb: on a loaded machine the clock can run out
+# at the bound, and one micro-batch at a time is many times longer (interleaved at 32 devices:
+# fits from the bound + 1, 28 x longer one at a time)
+MIN_TRIES = 4
 
 
 def construct(problem: Problem, period: int, order: Sequence[str] | None = None) -> Modulo | None:
@@ -100,14 +104,15 @@ def constructions(problem: Problem, period: int) -> list[Modulo]:
 
 def starting_repetend(problem: Problem, clock: Clock | None = None) -> Modulo:
     """The smallest period, from the load bound up, with a construction that fits memory; when
-    none is found before `clock` runs out, one micro-batch at a time.
+    none is found before `clock` runs out (after MIN_TRIES periods at least), one micro-batch at
+    a time.
 
     Raises NoFitError when not even one micro-batch at a time fits in that order (the caller
     then asks the solver whether any order does)."""
     one = sequential(problem)
     T, step = problem.period_bound, max(1, problem.period_bound // 100)
     for i in range(MAX_STEPS):
-        if T >= one.period or (clock is not None and clock.expired()):
+        if T >= one.period or (clock is not None and i >= MIN_TRIES and clock.expired()):
             break
         fitting = [m for m in constructions(problem, T) if fits(problem, m)]
         if fitting:

@@ -114,6 +114,29 @@ class Problem:
                     dist[y] = max(dist.get(y, 0), dist[x] + self.gap(x, y))
         return dist[r] + self.duration[r]
 
+    def real_holds(self) -> dict[int, tuple[Number, list[tuple[str, str, Number]]]]:
+        """Per limited device whose memory pairs up (memory_pairs), its real limit and holds:
+        the `memory` argument of bounds.device_lower_bound."""
+        limit = self.real_limit()
+        out: dict[int, tuple[Number, list[tuple[str, str, Number]]]] = {}
+        for d in self.limited_devices():
+            pairs = self.memory_pairs(d)
+            if pairs and limit is not None:
+                out[d] = (limit[d], [(a, r, _unscale(x, self.memory_scale)) for a, r, x in pairs])
+        return out
+
+    def device_bound(self, micro_batches: int) -> Number:
+        """bounds.device_lower_bound of the real placement under the real limits (computed once
+        per N: it walks every task of every device)."""
+        if micro_batches not in self._device_bounds:
+            self._device_bounds[micro_batches] = bounds.device_lower_bound(self.placement, micro_batches,
+                                                                           self.real_holds())
+        return self._device_bounds[micro_batches]
+
+    @cached_property
+    def _device_bounds(self) -> dict[int, Number]:
+        return {}
+
     def cap(self, device: int) -> int:
         """The memory limit of a limited device, in memory units."""
         assert self.limit is not None, "only limited devices have a cap"

@@ -18,7 +18,8 @@ class SearchReport:
     status: str  # optimal (the bound is reached), feasible, or time_limit (the clock ran out)
     base: str  # what the schedule came from: repetend, whole, exact, or a baseline's name
     lower_bound: Number
-    bound_source: str  # analytic (FORMAT.md), shard (fill through all-device blocks), memory (Little's law), solver
+    bound_source: str  # analytic (FORMAT.md), shard (fill through all-device blocks), memory (Little's law),
+    # device (one device at a time, latency and memory delays task by task: bounds.device_lower_bound), solver
     gap: float  # objective / lower_bound - 1
     search_seconds: float
     period: Number | None = None  # per micro-batch, real time

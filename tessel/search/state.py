@@ -70,7 +70,8 @@ class State:
             if pairs and limit is not None:
                 memory.append((d, [(a, r, amount / p.memory_scale) for a, r, amount in pairs], limit[d]))
         solver = None if self.solver_bound is None else p.real(self.solver_bound)
-        return bounds.proven_lower_bound(p.placement, self.micro_batches, memory, solver, self.objective)
+        device = p.device_bound(self.micro_batches) if self.objective == "makespan" else None  # worked out once
+        return bounds.proven_lower_bound(p.placement, self.micro_batches, memory, solver, self.objective, device)
 
     def at_bound(self) -> bool:
         """The best schedule so far meets the best proven bound: no pass can improve it."""

@@ -1,0 +1,113 @@
+"""Lower bounds that know latency and memory (bounds.device_lower_bound): proven below the exact
+optimum on small placements with latency, never below the old bound, and reached by the search."""
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+from shared_files import checker_verdict
+
+from tessel import bounds, library
+from tessel.placement import Block, Number, Placement, make_placement
+from tessel.search import search
+from tessel.search.budget import Clock
+from tessel.search.exact import solve_exact
+from tessel.search.fast import sequential
+from tessel.search.modulo import steady_memory
+from tessel.search.problem import least_memory, make_problem
+
+
+def test_one_machine_bound_is_the_preemptive_optimum() -> None:
+    # (release, duration, tail): the best set is the third job alone, 6 + 1 + 1
+    assert bounds.one_machine_bound([(0, 2, 5), (1, 3, 0), (6, 1, 1)]) == 8
+    # the long-tailed job interrupts the long one at its release: 1 + 1 + 10
+    assert bounds.one_machine_bound([(0, 4, 0), (1, 1, 10)]) == 12
+    assert bounds.one_machine_bound([(3, 2, 0)]) == 5
+
+
+def test_a_round_trip_with_latency_splits_the_middle_device_of_a_v() -> None:
+    # zbv, p devices, every chunk's F, B, W cost c, latency L on every edge between devices: the
+    # middle device's backward of chunk p waits for the forward through all 2p chunks (2p - 2
+    # hops) and the backward back to it (p - 1 more), (3p - 1) c + (3p - 3) L; after it that
+    # device still runs B and W of its two chunks for every micro-batch, 4 N c
+    p, n, c, lat = 16, 24, 0.5, 0.5
+    v = library.zbv(p, forward=c, backward=c, weight=c, latency=lat)
+    by_hand = (3 * p - 1) * c + (3 * p - 3) * lat + 4 * n * c
+    assert bounds.device_lower_bound(v, n) == by_hand == 94
+    assert bounds.lower_bound(v, n) == 87  # head of the middle device + N * load: the wait unseen
+
+
+def _tiny(seed: int) -> tuple[Placement, int, tuple[Number, ...] | None]:
+    """A small training placement with latency (a chain with branches, some blocks on two
+    devices), 2-4 micro-batches and, mostly, memory limits from just feasible to roomy."""
+    rng = random.Random(seed)
+    devices, nf = rng.randint(2, 3), rng.randint(2, 4)
+    blocks: list[Block] = []
+    edges: list[tuple[str, str]] = []
+    for i in range(nf):
+        on = (rng.randrange(devices),) if rng.random() < 0.85 else tuple(sorted(rng.sample(range(devices), 2)))
+        blocks.append(Block(f"f{i}", "forward", rng.randint(1, 3), rng.choice((0, 1, 1, 2)), on))
+        if i:
+            edges.append((f"f{rng.randrange(i) if rng.random() < 0.3 else i - 1}", f"f{i}"))
+    succs = {i: [b for a, b in edges if a == f"f{i}"] for i in range(nf)}
+    for i in reversed(range(nf)):
+        f = blocks[i]
+        blocks.append(Block(f"b{i}", "backward", rng.randint(1, 4), -f.memory, f.devices, grad_of=f.id))
+        edges += [(f"b{s[1:]}", f"b{i}") for s in succs[i]] or [(f.id, f"b{i}")]
+    p = make_placement(f"tiny-{seed}", devices, blocks, edges, rng.choice((1, 2, 3)))
+    n = rng.randint(2, 4)
+    if rng.random() < 0.3:
+        return p, n, None
+    problem = make_problem(p)
+    one = steady_memory(problem, sequential(problem))
+    return p, n, tuple(max(a, b) + rng.choice((0, 0, 1, 2)) for a, b in zip(one, least_memory(problem.units)))
+
+
+def _optimum(p: Placement, n: int, memory: tuple[Number, ...] | int | None) -> tuple[Number, Number, Number] | None:
+    """(exact optimum, old bound, new bound), or None when the solve does not prove optimality."""
+    problem = make_problem(p, memory)
+    res = solve_exact(problem, n, Clock(30.0), 1)
+    if res.status != "optimal" or res.objective is None:
+        return None
+    new = bounds.device_lower_bound(p, n, problem.real_holds() if memory is not None else None)
+    return problem.real(res.objective), bounds.lower_bound(p, n), new
+
+
+def test_the_device_bound_is_below_the_exact_optimum_on_random_placements_with_latency() -> None:
+    proven, higher, reached = 0, 0, 0
+    for seed in range(40):
+        p, n, memory = _tiny(seed)
+        got = _optimum(p, n, memory)
+        if got is None:
+            continue
+        opt, old, new = got
+        assert new <= opt + 1e-9, (seed, opt, new)
+        assert new >= old - 1e-9, (seed, old, new)
+        proven += 1
+        higher += new > old + 1e-9
+        reached += abs(new - opt) < 1e-9
+    # most of them solve to optimality in a moment; the new bound is higher on many and often exact
+    assert proven >= 30 and higher >= 10 and reached > proven // 2
+
+
+@pytest.mark.parametrize("devices,n,latency,memory", [(2, 4, 2, 1), (3, 4, 2, 1), (3, 4, 2, 2), (3, 3, 1, 1)])
+def test_the_device_bound_is_below_the_exact_optimum_on_v_placements(devices: int, n: int, latency: int,
+                                                                       memory: int) -> None:
+    v = library.zbv(devices, forward=1, backward=1, weight=1, latency=latency)
+    got = _optimum(v, n, memory * 2 * devices)  # memory x M_B: 2p chunk activations
+    assert got is not None
+    opt, old, new = got
+    assert old < new <= opt
+
+
+def test_the_search_proves_its_zero_bubble_schedule_optimal_with_latency(tmp_path: Path) -> None:
+    # zb, 4 devices, unit costs, latency 0.5, memory 1 M_B: no bound without latency and memory
+    # together proves it (head + N * load is 40.5); one micro-batch's releases a round trip away do
+    p = library.zb(4, forward=1, backward=1, weight=1, latency=0.5)
+    s = search(p, 12, 4, time_limit=20)
+    assert s.errors() == []
+    s.save(tmp_path / "s.json")
+    checker_verdict(tmp_path / "s.json")
+    assert s.meta["bound_source"] == "device" and s.meta["status"] == "optimal"
+    assert s.makespan == s.meta["lower_bound"] > bounds.lower_bound(p, 12)
