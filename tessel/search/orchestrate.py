@@ -41,14 +41,19 @@ __all__ = ["objective_value", "search"]
 @dataclass(frozen=True)
 class Pass:
     """One phase: its name (its lap in meta.seconds), what it does, and its budget: the share
-    of the clock left when it starts (None: all of it; the pass bounds its own solves)."""
+    of the clock left when it starts (None: all of it; the pass bounds its own solves). A pass
+    that only improves the schedule is skipped once the best one meets the proven bound."""
     name: str
     run: Callable[[State, Clock], None]
     share: Callable[[Budget], float] | None = None
+    improves: bool = True
 
 
 def run_passes(state: State, passes: Sequence[Pass]) -> None:
+    """Answer first: the passes in turn until a schedule meets the best proven bound."""
     for p in passes:
+        if p.improves and state.at_bound():
+            continue
         t0 = time.perf_counter()
         clock = state.clock if p.share is None else state.clock.share(p.share(state.budget))
         p.run(state, clock)
@@ -101,7 +106,7 @@ def search(placement: Placement, micro_batches: int, memory: Number | Sequence[N
     run_passes(state, (Pass("baselines", race, lambda b: b.fast_race_share if mode == "fast" else b.race_share),
                        Pass("start", start)))
     run_passes(state, PASSES[mode])
-    run_passes(state, (Pass("final", final),))
+    run_passes(state, (Pass("final", final, improves=False),))
     report = summary(state, mode)
     assert state.best is not None, "the start pass leaves a repetend or a baseline"
     state.report(phase="done", makespan=state.best.makespan, period=report.period)

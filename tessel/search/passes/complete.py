@@ -41,8 +41,9 @@ def deepest_repetend(state: State, clock: Clock) -> None:
     mod, p = state.modulo, state.problem
     if mod is None or state.at_bound():  # already at the proven bound: nothing to gain
         return
-    deep = deepest(p, mod, clock.share(state.budget.deep_share), state.workers,
-                   state.budget.repetend_stall(len(p.block_ids)))
+    stall = state.budget.repetend_stall(len(p.block_ids))
+    deep = deepest(p, mod, clock.share(state.budget.deep_share).within(state.budget.cap(stall)), state.workers,
+                   stall)
     if deep is not None and deep.in_flight(p) > mod.in_flight(p) and not clock.expired():
         if state.offer(completed(state, deep, clock, "completion_deep")):
             state.modulo = deep
@@ -56,12 +57,15 @@ def completed(state: State, mod: Modulo, clock: Clock, phase: str = "completion"
     free, work = sizes(p, mod, n)
     stall = b.completion_stall(free[-1], len(p.block_ids))
     plain = compact(p, work, plain_unroll(mod, work))
-    done = complete(p, plain, work, free, clock, state.workers, stall, p.lower_bound(work))
+    bound = state.grid_bound(work)  # answer first: no solve once the proven bound is met
+    cap = b.cap(stall)
+    done = complete(p, plain, work, free, clock, state.workers, stall, bound, cap)
     statuses = list(done.statuses)
     first = done.starts
-    if makespan(p, first) > p.lower_bound(work) and clock.left() > b.patience * stall.seconds * 2 * len(free):
+    if makespan(p, first) > bound and clock.left() > b.patience * stall.seconds * 2 * len(free):
         # a solve stopped on a stall is at the mercy of the machine's load: go again, more patiently
-        done = complete(p, first, work, free, clock, state.workers, stall.times(b.patience), p.lower_bound(work))
+        done = complete(p, first, work, free, clock, state.workers, stall.times(b.patience), bound,
+                        cap * b.patience)
         statuses += done.statuses
     state.statuses[phase] = statuses
     s = _own(state, mod, work, [done.starts, first, plain])

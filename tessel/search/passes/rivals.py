@@ -27,7 +27,8 @@ def completed_baseline(state: State, clock: Clock) -> None:
         return
     free, _ = sizes(p, mod, n)
     stall = state.budget.completion_stall(free[-1], len(p.block_ids))
-    done = complete(p, starts, n, free, clock, state.workers, stall, p.lower_bound(n))
+    done = complete(p, starts, n, free, clock, state.workers, stall, state.grid_bound(n),
+                    state.budget.cap(stall))
     state.statuses["completion_" + name] = list(done.statuses)
     kernels = [(mod.period, mod.copies)]
     if base.repetend is not None:
