@@ -21,10 +21,8 @@ def test_search_writes_a_valid_schedule_and_prints_its_figures(tessel, tmp_path:
     verdict = checker_verdict(out)
     assert verdict is None or verdict["makespan"] == int(lines["makespan"])
     doc = json.loads(out.read_text())
-    # one micro-batch every 6; the file's repetend window may span several micro-batches (a
-    # loaded machine can end on a compacted schedule whose repeating window is a multiple)
-    assert doc["meta"]["period"] == 6 and doc["meta"]["period_optimal"] is True
-    assert doc["repetend"]["period"] % 6 == 0
+    # answer first: a raced baseline (GPipe, no repeating window) may already meet the bound
+    assert doc["meta"]["status"] == "optimal" and doc["meta"]["lower_bound"] == 108
 
 
 def test_search_details_and_proving_are_asked_for(tessel) -> None:
@@ -34,6 +32,8 @@ def test_search_details_and_proving_are_asked_for(tessel) -> None:
     assert rc == 0, stderr
     lines = _lines(stdout)
     assert lines["lower_bound"] == "128" and lines["bound"] == "140 (shard)" and "repetend=" in lines["statuses"]
+    # one micro-batch every 8 (the file's repeating window may span several micro-batches)
+    assert int(lines["period"]) % 8 == 0 and lines["period_optimal"] == "True"
     # the arguments' bound is 20 on xshape at N = 2; the whole-problem solve proves 22
     rc, stdout, stderr = tessel("search", "xshape", "--devices", "4", "-n", "2", "--prove", "--time-limit", "30")
     assert rc == 0, stderr
@@ -93,9 +93,11 @@ def test_plan_and_search_stop_at_the_same_wall_clock(tessel, tmp_path: Path) -> 
     import time
 
     from tessel.schedule import Schedule
-    limit = 4.0
+    limit = 6.0
+    small_flava = ("--set", "hidden=1024", "--set", "layers=4", "--set", "fusion_layers=2", "--set", "image_seq=128",
+                   "--set", "text_seq=64", "--set", "heads=16")
     runs = {"search": ("search", "nnshape", "--devices", "8", "-n", "64", "--memory", "20"),
-            "plan": ("plan", "gpt", "--devices", "8", "-n", "32")}
+            "plan": ("plan", "flava", "--devices", "4", "-n", "16", *small_flava)}
     elapsed = {}
     for name, argv in runs.items():
         out = tmp_path / f"{name}.json"
@@ -104,4 +106,4 @@ def test_plan_and_search_stop_at_the_same_wall_clock(tessel, tmp_path: Path) -> 
         elapsed[name] = time.perf_counter() - t0
         assert rc == 0, stderr
         assert Schedule.load(out, check=True).errors() == []
-    assert all(t <= limit * 1.5 + 1.0 for t in elapsed.values()), elapsed
+    assert all(t <= limit * 1.5 + 2.0 for t in elapsed.values()), elapsed

@@ -42,7 +42,7 @@ def deepest_repetend(state: State, clock: Clock) -> None:
     if mod is None or state.at_bound():  # already at the proven bound: nothing to gain
         return
     stall = state.budget.repetend_stall(len(p.block_ids))
-    deep = deepest(p, mod, clock.share(state.budget.deep_share).within(state.budget.cap(stall)), state.workers,
+    deep = deepest(p, mod, clock.share(state.budget.deep_share).within(state.budget.cap(stall, state.workers)), state.workers,
                    stall)
     if deep is not None and deep.in_flight(p) > mod.in_flight(p) and not clock.expired():
         if state.offer(completed(state, deep, clock, "completion_deep")):
@@ -58,7 +58,7 @@ def completed(state: State, mod: Modulo, clock: Clock, phase: str = "completion"
     stall = b.completion_stall(free[-1], len(p.block_ids))
     plain = compact(p, work, plain_unroll(mod, work))
     bound = state.grid_bound(work)  # answer first: no solve once the proven bound is met
-    cap = b.cap(stall)
+    cap = b.cap(stall, state.workers)
     done = complete(p, plain, work, free, clock, state.workers, stall, bound, cap)
     statuses = list(done.statuses)
     first = done.starts

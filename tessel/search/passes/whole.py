@@ -27,7 +27,7 @@ def whole(state: State, clock: Clock) -> None:
     b = state.budget
     stall = b.completion_stall(free[-1], len(p.block_ids))
     # a quick polish with a stall; asked to prove, a solve to the clock that also proves a bound
-    res = solve_exact(p, n, clock if b.prove else clock.within(b.cap(stall)), state.workers, hint,
+    res = solve_exact(p, n, clock if b.prove else clock.within(b.cap(stall, state.workers)), state.workers, hint,
                       stall=None if b.prove else stall)
     state.statuses["whole"] = res.status
     state.note_bound(res.status, res.bound)
