@@ -25,7 +25,7 @@ def whole(state: State, clock: Clock) -> None:
     if hint is None:
         return
     b = state.budget
-    stall = b.completion_stall(free[-1], len(p.block_ids))
+    stall = b.completion_stall(max(free, default=1), len(p.block_ids))
     # a quick polish with a stall; asked to prove, a solve to the clock that also proves a bound
     res = solve_exact(p, n, clock if b.prove else clock.within(b.cap(stall, state.workers)), state.workers, hint,
                       stall=None if b.prove else stall)
