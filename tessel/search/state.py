@@ -91,15 +91,15 @@ class State:
         real = self.bound_at(micro_batches)[0] if micro_batches != self.micro_batches else self.lower_bound()[0]
         return max(grid, math.floor(float(real) / float(p.resolution) + 1e-9))
 
-    def best_value(self) -> Number | None:
-        """The objective of the best schedule so far, raced baselines included."""
-        values = [self.value(s) for s in [*([self.best] if self.best else []), *self.rivals]]
+    def best_value(self, rivals: bool = True) -> Number | None:
+        """The objective of the best schedule so far, the raced baselines' included or not."""
+        values = [self.value(s) for s in [*([self.best] if self.best else []), *(self.rivals if rivals else [])]]
         return min(values) if values else None
 
-    def at_bound(self) -> bool:
-        """The best schedule so far (a raced baseline's included) meets the best proven bound:
-        no pass can improve it, so the search answers now."""
-        v = self.best_value()
+    def at_bound(self, rivals: bool = True) -> bool:
+        """The best schedule so far (with `rivals`, a raced baseline's too) meets the best
+        proven bound: no pass can improve it, so the search answers now."""
+        v = self.best_value(rivals)
         return v is not None and v <= self.lower_bound()[0] + EPS
 
 
