@@ -21,8 +21,11 @@ def test_search_writes_a_valid_schedule_and_prints_its_figures(tessel, tmp_path:
     verdict = checker_verdict(out)
     assert verdict is None or verdict["makespan"] == int(lines["makespan"])
     doc = json.loads(out.read_text())
-    # answer first: a raced baseline (GPipe, no repeating window) may already meet the bound
     assert doc["meta"]["status"] == "optimal" and doc["meta"]["lower_bound"] == 108
+    # one micro-batch every 6; the file's repetend window may span several micro-batches (a
+    # loaded machine can end on a compacted schedule whose repeating window is a multiple)
+    assert doc["meta"]["period"] == 6 and doc["meta"]["period_optimal"] is True
+    assert doc["repetend"]["period"] % 6 == 0
 
 
 def test_search_details_and_proving_are_asked_for(tessel) -> None:
