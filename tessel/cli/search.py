@@ -2,14 +2,13 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping
 from typing import Any
 
-from ..search import MODES, OBJECTIVES, command_clock, search
+from ..schedule import Schedule
+from ..search import MODES, OBJECTIVES, Budget, command_clock, search
 from ..viz.progress import ProgressLine
-from .common import add_memory_arg, add_placement_args, fmt, positive_int, print_summary, resolve_placement, seconds
+from .common import add_memory_arg, add_placement_args, fmt, positive_int, resolve_placement, seconds
 from .outputs import add_output_args, write_outputs
-
 
 MAX_WORKERS = 64  # CP-SAT threads: beyond a few per core each solve fails and the search falls back
 
@@ -38,6 +37,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         "device's first start to its last end (the iteration time when iterations overlap)")
     p.add_argument("--time-limit", type=seconds, metavar="S",
                    help="seconds for the whole search, a wall clock (fast stops sooner when it stalls)")
+    p.add_argument("--prove", action="store_true",
+                   help="once a good schedule is in hand, go on proving: solves run to their share of the time "
+                        "limit and the whole problem is solved for a bound (default: answer first, stop the "
+                        "moment a schedule meets the best proven bound)")
     p.add_argument("--workers", type=workers, metavar="K", help=f"CP-SAT worker threads, 1..{MAX_WORKERS} (default 1: the same schedule every run; more may be faster but can differ)")
     p.add_argument("--ascii", action="store_true", help="print the schedule as ASCII")
     add_output_args(p)
@@ -51,28 +54,36 @@ def _search(args: argparse.Namespace) -> int:
         started = getattr(args, "started", None)
         clock = None if args.time_limit is None else command_clock(args.time_limit, started)
         s = search(placement, args.micro_batches, memory=args.memory, mode=args.mode, workers=args.workers,
-                   progress=progress, objective=args.objective, started=started, clock=clock)
+                   progress=progress, objective=args.objective, started=started, clock=clock,
+                   budget=Budget(prove=args.prove))
     if args.ascii:
         print(s.ascii(), end="")
-    print_summary(s)
-    _print_search_meta(s.meta)
+    _print_search(s, bool(getattr(args, "verbose", False)))
     write_outputs(s, args)
     return 0
 
 
-def _print_search_meta(meta: Mapping[str, Any]) -> None:
-    undecided = meta.get("periods_undecided") or None
+def _print_search(s: Schedule, verbose: bool) -> None:
+    """The schedule's figures with one bound, the best proven, and one gap to it; how the
+    search got there (the other bounds, statuses, seconds by phase) only with -v."""
+    f, meta = s.figures(), s.meta
     bound = meta.get("lower_bound")
     proven = None if bound is None else f"{fmt(bound)} ({meta.get('bound_source', 'analytic')})"
-    statuses = {k: v for k, v in (meta.get("statuses") or {}).items() if k != "periods_tried"}
-    rows = [("period_optimal", meta.get("period_optimal")), ("period_lower_bound", meta.get("period_lower_bound")),
-            ("undecided", undecided), ("proven_bound", proven), ("gap", meta.get("gap")),
-            ("objective", meta.get("objective") if meta.get("objective") != "makespan" else None),
-            ("base", meta.get("base")), ("statuses", _statuses(statuses)),
-            ("seconds", _statuses(meta.get("seconds")))]
+    gap = meta.get("gap")
+    rows: list[tuple[str, Any]] = [(k, f[k]) for k in ("micro_batches", "period", "makespan")]
+    rows += [("bound", proven), ("gap", None if gap is None else f"{float(gap) * 100:.1f}%")]
+    rows += [(k, f[k]) for k in ("bubble", "peak_memory", "memory_limit")]
+    rows += [(k, meta.get(k)) for k in ("method", "status", "search_seconds")]
+    rows.append(("objective", meta.get("objective") if meta.get("objective") != "makespan" else None))
+    if verbose:
+        statuses = {k: v for k, v in (meta.get("statuses") or {}).items() if k != "periods_tried"}
+        rows += [("lower_bound", f["lower_bound"]), ("period_optimal", meta.get("period_optimal")),
+                 ("period_lower_bound", meta.get("period_lower_bound")),
+                 ("undecided", meta.get("periods_undecided") or None), ("base", meta.get("base")),
+                 ("statuses", _statuses(statuses)), ("seconds", _statuses(meta.get("seconds")))]
     for k, v in rows:
         if v is not None:
-            print(f"{k:>14}: {fmt(v)}")
+            print(f"{k:>14}: {fmt(v)[:200]}")
     if meta.get("repetend") == "none":
         print(f"{'repetend':>14}: none (too few micro-batches for a steady state)")
     if meta.get("status") == "time_limit":

@@ -14,6 +14,7 @@ says when a solve that stopped improving is stopped.
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 
@@ -106,6 +107,9 @@ class Budget:
     completion_stall_least: float = 0.4  # a warm-up or cool-down solve: free tasks / completion_stall_tasks
     completion_stall_most: float = 2.0  # ... seconds, in [least, most]
     completion_stall_tasks: float = 1000.0
+    solve_cap: float = 4.0  # several workers: a solve stops after this many stalls' seconds at most
+    # -- answer first, prove on request
+    prove: bool = False  # solves run to their share (no cap) and the whole problem is solved to prove (--prove)
 
     def working(self, time_limit: float) -> float:
         """Seconds of a command's --time-limit the work may take (the rest is the exit's)."""
@@ -123,6 +127,14 @@ class Budget:
             f = (blocks - FAST_SMALL_BLOCKS) / (FAST_LARGE_BLOCKS - FAST_SMALL_BLOCKS)
             return self.fast_small + f * (self.fast_large - self.fast_small)
         return self.fast_large * blocks / FAST_LARGE_BLOCKS
+
+    def cap(self, stall: Stall, workers: int | None) -> float:
+        """Wall seconds one solve with this stall may take, so that a solve that finds nothing
+        never gets a whole share, unless the search is asked to prove. One worker (the default)
+        needs none: its stall is a budget of all its work, which keeps it deterministic."""
+        if self.prove or (workers or 1) <= 1:
+            return math.inf
+        return stall.seconds * self.solve_cap
 
     def stall(self, seconds: float) -> Stall:
         return Stall(seconds, seconds * self.stall_work)

@@ -54,9 +54,10 @@ def compact(problem: Problem, micro_batches: int, starts: Starts) -> dict[Key, i
 
 
 def complete(problem: Problem, starts: Starts, micro_batches: int, free: Sequence[int], clock: Clock,
-             workers: int | None, stall: Stall, lower_bound: int = 0) -> Completed:
+             workers: int | None, stall: Stall, lower_bound: int = 0, cap: float | None = None) -> Completed:
     """Warm-up and cool-down solves with compaction, freeing each count of micro-batches in
-    `free` in turn (small first: cheap, and usually most of the gain), until the lower bound."""
+    `free` in turn (small first: cheap, and usually most of the gain), until the lower bound.
+    Each solve stops on its `stall`, and after `cap` seconds at most (never the whole clock)."""
     t0, n = time.perf_counter(), micro_batches
     best = compact(problem, n, starts)
     statuses: list[str] = []
@@ -65,7 +66,7 @@ def complete(problem: Problem, starts: Starts, micro_batches: int, free: Sequenc
             if clock.expired() or makespan(problem, best) <= lower_bound:
                 break
             solve = _warmup if side == "warmup" else _cooldown
-            new, res = solve(problem, best, set(mbs), clock, workers, stall)
+            new, res = solve(problem, best, set(mbs), clock if cap is None else clock.within(cap), workers, stall)
             statuses.append(res.status)
             new = compact(problem, n, new)
             if makespan(problem, new) <= makespan(problem, best):

@@ -41,14 +41,22 @@ __all__ = ["objective_value", "search"]
 @dataclass(frozen=True)
 class Pass:
     """One phase: its name (its lap in meta.seconds), what it does, and its budget: the share
-    of the clock left when it starts (None: all of it; the pass bounds its own solves)."""
+    of the clock left when it starts (None: all of it; the pass bounds its own solves). Answer
+    first: a pass is skipped once the search's own schedule meets the proven bound, and with
+    `rivals` once a raced baseline does (the search's own repetend is still found and completed
+    when a baseline meets the bound first: it unrolls, and a tie keeps it)."""
     name: str
     run: Callable[[State, Clock], None]
     share: Callable[[Budget], float] | None = None
+    rivals: bool = False
+    always: bool = False
 
 
 def run_passes(state: State, passes: Sequence[Pass]) -> None:
+    """Answer first: the passes in turn until a schedule meets the best proven bound."""
     for p in passes:
+        if not p.always and state.at_bound(p.rivals):
+            continue
         t0 = time.perf_counter()
         clock = state.clock if p.share is None else state.clock.share(p.share(state.budget))
         p.run(state, clock)
@@ -57,9 +65,9 @@ def run_passes(state: State, passes: Sequence[Pass]) -> None:
 
 COMPLETION = (
     Pass("completion", completion),  # warm-up and cool-down solves, each with a stall
-    Pass("deepest", deepest_repetend),  # Budget.deep_share for the deepest repetend, then its completion
-    Pass("baselines", completed_baseline),  # the best baseline on the grid, completed like ours
-    Pass("whole", whole),  # few tasks: one solve of the whole problem, with a stall
+    Pass("deepest", deepest_repetend, rivals=True),  # Budget.deep_share for the deepest repetend, completed
+    Pass("baselines", completed_baseline, rivals=True),  # the best baseline on the grid, completed like ours
+    Pass("whole", whole, rivals=True),  # few tasks: one solve of the whole problem, with a stall
 )
 TESSEL = (
     Pass("repetend", period_search, lambda b: b.repetend_share),
@@ -101,7 +109,7 @@ def search(placement: Placement, micro_batches: int, memory: Number | Sequence[N
     run_passes(state, (Pass("baselines", race, lambda b: b.fast_race_share if mode == "fast" else b.race_share),
                        Pass("start", start)))
     run_passes(state, PASSES[mode])
-    run_passes(state, (Pass("final", final),))
+    run_passes(state, (Pass("final", final, always=True),))
     report = summary(state, mode)
     assert state.best is not None, "the start pass leaves a repetend or a baseline"
     state.report(phase="done", makespan=state.best.makespan, period=report.period)

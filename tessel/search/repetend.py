@@ -183,8 +183,10 @@ class _Search:
         return (clock or self.clock).left() > self.budget.min_slice
 
     def slice(self) -> Clock:
-        """One period's solve: a share of what the search has left, at least the least slice."""
-        return self.clock.within(max(self.budget.min_slice, self.clock.left() * self.budget.slice_share))
+        """One period's solve: a share of what the search has left (at least the least slice),
+        at most Budget.cap of the stall's."""
+        share = max(self.budget.min_slice, self.clock.left() * self.budget.slice_share)
+        return self.clock.within(min(share, max(self.budget.min_slice, self.budget.cap(self.stall, self.workers))))
 
     def attempt(self, T: int, hint: Modulo | None = None) -> tuple[_Found | None, str]:
         """One period of one micro-batch, hinted by a construction at it; a construction that fits
@@ -272,7 +274,7 @@ def retry_undecided(problem: Problem, res: RepetendResult, clock: Clock, workers
     for copies, T in sorted(res.undecided, key=lambda x: (Fraction(x[1], x[0]), x[0])):
         if clock.left() <= budget.min_slice:
             break
-        out = solve_period(problem, T, clock, workers, None, None, copies, stall)
+        out = solve_period(problem, T, clock.within(budget.cap(stall, workers)), workers, None, None, copies, stall)
         tried.append((copies, T, out.status))
         if out.found:
             mod = modulo_of(out.values, problem, T, copies)

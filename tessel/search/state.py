@@ -3,6 +3,7 @@ clock, the best schedule so far and the repetend it completes, the raced baselin
 bounds proven on the way, and what the report will say (statuses and seconds by phase)."""
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,6 +36,7 @@ class State:
     statuses: dict[str, Any] = field(default_factory=dict)  # of every solve, by phase
     seconds: dict[str, float] = field(default_factory=dict)  # by phase
     solver_bound: int | None = None  # grid units: a bound on the makespan proven by a solve
+    _bound: tuple[Number, str] | None = None  # the arguments' bound (bounds.proven_lower_bound), once
 
     def report(self, **update: Any) -> None:
         if self.progress:
@@ -62,6 +64,14 @@ class State:
 
     def lower_bound(self) -> tuple[Number, str]:
         """The best proven lower bound of the objective, and which argument proved it."""
+        if self._bound is None:
+            self._bound = self.bound_at(self.micro_batches)
+        if self.solver_bound is not None and self.problem.real(self.solver_bound) > self._bound[0] + EPS:
+            return self.problem.real(self.solver_bound), "solver"
+        return self._bound
+
+    def bound_at(self, micro_batches: int) -> tuple[Number, str]:
+        """The arguments' bound (not the solver's) for that many micro-batches."""
         p = self.problem
         limit = p.real_limit()
         memory = []
@@ -69,13 +79,29 @@ class State:
             pairs = p.memory_pairs(d)
             if pairs and limit is not None:
                 memory.append((d, [(a, r, amount / p.memory_scale) for a, r, amount in pairs], limit[d]))
-        solver = None if self.solver_bound is None else p.real(self.solver_bound)
-        device = p.device_bound(self.micro_batches) if self.objective == "makespan" else None  # worked out once
-        return bounds.proven_lower_bound(p.placement, self.micro_batches, memory, solver, self.objective, device)
+        device = p.device_bound(micro_batches) if self.objective == "makespan" else None
+        return bounds.proven_lower_bound(p.placement, micro_batches, memory, None, self.objective, device)
 
-    def at_bound(self) -> bool:
-        """The best schedule so far meets the best proven bound: no pass can improve it."""
-        return self.best is not None and self.value(self.best) <= self.lower_bound()[0] + EPS
+    def grid_bound(self, micro_batches: int) -> int:
+        """A completion of that many micro-batches on the grid whose makespan is at most this
+        cannot be improved: the grid's own bound, or the real one met (makespan only)."""
+        p = self.problem
+        grid = p.lower_bound(micro_batches)
+        if self.objective != "makespan":
+            return grid
+        real = self.bound_at(micro_batches)[0] if micro_batches != self.micro_batches else self.lower_bound()[0]
+        return max(grid, math.floor(float(real) / float(p.resolution) + 1e-9))
+
+    def best_value(self, rivals: bool = True) -> Number | None:
+        """The objective of the best schedule so far, the raced baselines' included or not."""
+        values = [self.value(s) for s in [*([self.best] if self.best else []), *(self.rivals if rivals else [])]]
+        return min(values) if values else None
+
+    def at_bound(self, rivals: bool = True) -> bool:
+        """The best schedule so far (with `rivals`, a raced baseline's too) meets the best
+        proven bound: no pass can improve it, so the search answers now."""
+        v = self.best_value(rivals)
+        return v is not None and v <= self.lower_bound()[0] + EPS
 
 
 def objective_value(s: Schedule, objective: str = "makespan") -> Number:

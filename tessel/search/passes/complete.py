@@ -41,8 +41,9 @@ def deepest_repetend(state: State, clock: Clock) -> None:
     mod, p = state.modulo, state.problem
     if mod is None or state.at_bound():  # already at the proven bound: nothing to gain
         return
-    deep = deepest(p, mod, clock.share(state.budget.deep_share), state.workers,
-                   state.budget.repetend_stall(len(p.block_ids)))
+    stall = state.budget.repetend_stall(len(p.block_ids))
+    deep = deepest(p, mod, clock.share(state.budget.deep_share).within(state.budget.cap(stall, state.workers)), state.workers,
+                   stall)
     if deep is not None and deep.in_flight(p) > mod.in_flight(p) and not clock.expired():
         if state.offer(completed(state, deep, clock, "completion_deep")):
             state.modulo = deep
@@ -54,14 +55,17 @@ def completed(state: State, mod: Modulo, clock: Clock, phase: str = "completion"
     when the clock allows."""
     p, n, b = state.problem, state.micro_batches, state.budget
     free, work = sizes(p, mod, n)
-    stall = b.completion_stall(free[-1], len(p.block_ids))
+    stall = b.completion_stall(max(free, default=1), len(p.block_ids))
     plain = compact(p, work, plain_unroll(mod, work))
-    done = complete(p, plain, work, free, clock, state.workers, stall, p.lower_bound(work))
+    bound = state.grid_bound(work)  # answer first: no solve once the proven bound is met
+    cap = b.cap(stall, state.workers)
+    done = complete(p, plain, work, free, clock, state.workers, stall, bound, cap)
     statuses = list(done.statuses)
     first = done.starts
-    if makespan(p, first) > p.lower_bound(work) and clock.left() > b.patience * stall.seconds * 2 * len(free):
+    if free and makespan(p, first) > bound and clock.left() > b.patience * stall.seconds * 2 * len(free):
         # a solve stopped on a stall is at the mercy of the machine's load: go again, more patiently
-        done = complete(p, first, work, free, clock, state.workers, stall.times(b.patience), p.lower_bound(work))
+        done = complete(p, first, work, free, clock, state.workers, stall.times(b.patience), bound,
+                        cap * b.patience)
         statuses += done.statuses
     state.statuses[phase] = statuses
     s = _own(state, mod, work, [done.starts, first, plain])
@@ -72,10 +76,11 @@ def completed(state: State, mod: Modulo, clock: Clock, phase: str = "completion"
 def sizes(p: Problem, mod: Modulo, n: int) -> tuple[list[int], int]:
     """The counts of micro-batches freed at each end in turn, and the working N: enough
     micro-batches for a steady state between warm-up and cool-down (and N minus it a multiple
-    of the repetend's micro-batches, so it unrolls to N), or N itself when smaller."""
+    of the repetend's micro-batches, so it unrolls to N), or N itself when smaller. No solve
+    when one micro-batch alone has more than FREE_TASKS tasks: compaction only."""
     g, copies = mod.in_flight(p), mod.copies
     most = max(1, min(copies * (g + 1), FREE_MICRO_BATCHES, FREE_TASKS // len(p.block_ids), n // 2))
-    free = sorted({min(3, most), most})
+    free = sorted({min(3, most), most}) if len(p.block_ids) <= FREE_TASKS else []
     work = 2 * most + copies * (2 * g + 2)
     if work >= n:
         return free, n
@@ -87,27 +92,32 @@ def _own(state: State, mod: Modulo, work: int, candidates: list[dict[Key, int]])
     the working N, a shorter one without a kernel is taken too."""
     p, n = state.problem, state.micro_batches
     ranked = sorted(candidates, key=lambda st: makespan(p, st)) + [plain_unroll(mod, work)]
+    tries = KERNEL_TRIES if not state.clock.expired() else 1  # each try builds the whole schedule
     s = None
     for starts in ranked:
-        s = with_kernel(p, work, starts, [(mod.period, mod.copies)], "repetend")
+        s = with_kernel(p, work, starts, [(mod.period, mod.copies)], "repetend", tries)
         if s is not None:
             break
         if n == work:
             s = with_kernel(p, work, starts, [], "repetend")
             break
-    assert s is not None, "the plain unroll always repeats"
+    if s is None:  # out of time before a window was confirmed (the plain unroll's repeats)
+        s = with_kernel(p, work, ranked[-1], [], "repetend")
+        assert s is not None, "a schedule without a kernel is always built"
+        if n > work:
+            return with_kernel(p, n, plain_unroll(mod, n), [], "repetend") or s
     return s.unroll(n) if n > work else s
 
 
 def with_kernel(p: Problem, n: int, starts: Mapping[Key, int], kernels: Sequence[tuple[int, int]],
-                base: str) -> Schedule | None:
+                base: str, tries: int = KERNEL_TRIES) -> Schedule | None:
     """The real schedule with the first kernel (period, shift) a real unroll confirms; with no
     kernels asked for, the schedule without one; else None."""
     if not kernels:
         return p.schedule(n, starts, None, None, {"base": base, "repetend": "none"})
     for period, shift in kernels:
         for i, start in enumerate(kernel_starts(starts, n, len(p.block_ids), period, shift)):
-            if i >= KERNEL_TRIES:
+            if i >= tries:
                 break
             s = p.schedule(n, starts, (start, start + period), period, {"base": base})
             try:

@@ -23,14 +23,15 @@ def final(state: State, clock: Clock) -> None:
     """The best schedule replayed on the real durations (never longer, same memory order), then
     the best of it and the baselines by the objective."""
     s = state.best
-    if s is None:
-        return
-    if not state.problem.exact_time:
+    if s is not None and not state.problem.exact_time:
         s = _compacted(s)
-    best = min([s, *state.rivals], key=state.value)
-    if best is not s and state.value(best) < state.value(s) - EPS:
-        s = _with_repetend(state, best, clock).with_meta(base=str(best.meta.get("method")))
-    state.best = s
+    ranked = sorted(state.rivals, key=state.value)  # stable: the first of equals, as raced
+    best = s if s is not None else ranked[0]
+    if ranked and state.value(ranked[0]) < state.value(best) - EPS:
+        best = ranked[0]
+    if best is not s:  # a raced baseline won (or nothing else was needed: it met the bound)
+        best = _with_repetend(state, best, clock).with_meta(base=str(best.meta.get("method")))
+    state.best = best
 
 
 def _with_repetend(state: State, rival: Schedule, clock: Clock) -> Schedule:
@@ -76,14 +77,14 @@ def summary(state: State, mode: str) -> SearchReport:
     undecided = tuple(sorted({_num(p.real(t) / c) for c, t in res.undecided})) if res is not None else ()
     status = "optimal" if value <= lb + EPS else ("time_limit" if state.clock.expired() else "feasible")
     limit = p.real_limit()
+    period = per_micro_batch(p, mod) if mod is not None else _kernel_period(s)
     return SearchReport(
         method=mode, objective=state.objective, status=status, base=str(s.meta.get("base", "repetend")),
         lower_bound=_num(lb), bound_source=source, gap=round(value / lb - 1, 4) if lb > 0 else 0.0,
         search_seconds=round(state.clock.elapsed(), 3),
-        period=None if mod is None else per_micro_batch(p, mod),
-        repetend_micro_batches=1 if mod is None else mod.copies,
+        period=period, repetend_micro_batches=1 if mod is None else mod.copies,
         period_optimal=bool(res.period_optimal) if res is not None else bool(
-            mod is not None and mod.per_micro_batch == p.period_floor),
+            period is not None and period <= float(p.period_floor) * float(p.resolution) + EPS),
         periods_undecided=undecided,
         period_lower_bound=bounds.period_lower_bound(p.placement),
         period_memory_bound=round(float(p.memory_period_bound) * p.resolution, 6),
@@ -92,6 +93,13 @@ def summary(state: State, mode: str) -> SearchReport:
             x / p.memory_scale if p.memory_scale > 1 else x for x in steady_memory(p, mod)),
         resolution=p.resolution, exact_time=p.exact_time, statuses=dict(state.statuses),
         seconds={**state.seconds, "total": round(state.clock.elapsed(), 3)})
+
+
+def _kernel_period(s: Schedule) -> Number | None:
+    """A raced baseline's period per micro-batch (its repetend over the micro-batches it advances)."""
+    if s.repetend is None:
+        return None
+    return _num(s.repetend.period / shift(s))
 
 
 def _num(x: Number) -> Number:

@@ -26,8 +26,9 @@ def completed_baseline(state: State, clock: Clock) -> None:
     if p.real(makespan(p, starts)) >= own.makespan:
         return
     free, _ = sizes(p, mod, n)
-    stall = state.budget.completion_stall(free[-1], len(p.block_ids))
-    done = complete(p, starts, n, free, clock, state.workers, stall, p.lower_bound(n))
+    stall = state.budget.completion_stall(max(free, default=1), len(p.block_ids))
+    done = complete(p, starts, n, free, clock, state.workers, stall, state.grid_bound(n),
+                    state.budget.cap(stall, state.workers))
     state.statuses["completion_" + name] = list(done.statuses)
     kernels = [(mod.period, mod.copies)]
     if base.repetend is not None:

@@ -24,8 +24,11 @@ def whole(state: State, clock: Clock) -> None:
     hint = grid_starts(p, state.best)
     if hint is None:
         return
-    stall = state.budget.completion_stall(free[-1], len(p.block_ids))
-    res = solve_exact(p, n, clock, state.workers, hint, stall=stall)
+    b = state.budget
+    stall = b.completion_stall(max(free, default=1), len(p.block_ids))
+    # a quick polish with a stall; asked to prove, a solve to the clock that also proves a bound
+    res = solve_exact(p, n, clock if b.prove else clock.within(b.cap(stall, state.workers)), state.workers, hint,
+                      stall=None if b.prove else stall)
     state.statuses["whole"] = res.status
     state.note_bound(res.status, res.bound)
     if state.best is None or not res.found or res.objective is None \
