@@ -43,8 +43,14 @@ def earliest_starts(p: Placement, micro_batches: int, orders: Orders,
     perturbed ones. Raises DeadlockError naming the devices and tasks that wait on each other.
     """
     check_orders(p, micro_batches, orders)
-    dur = duration or (lambda b, m: p.by_id[b].duration)
+    by = p.by_id
+    durations = {b.id: b.duration for b in p.blocks}
+    dur = duration or (lambda b, m: durations[b])
     lat = latency or p.edge_latency
+    # per block, looked up once: linear in tasks with small constants (524k tasks at 4,096 devices)
+    devices = {b.id: by[b.id].devices for b in p.blocks}
+    inputs = {b.id: [(a, lat(a, b.id)) for a in p.preds[b.id]] for b in p.blocks}
+    succs = p.succs
     pos = [0] * p.devices
     free: list[Number] = [0] * p.devices
     end: dict[Key, Number] = {}
@@ -57,12 +63,20 @@ def earliest_starts(p: Placement, micro_batches: int, orders: Orders,
 
     def try_queue(key: Key) -> None:
         b, m = key
-        devs = p.by_id[b].devices
-        if key in queued or any(pos[d] >= len(orders[d]) or orders[d][pos[d]] != key for d in devs):
+        devs = devices[b]
+        if key in queued:
             return
-        if any((a, m) not in end for a in p.preds[b]):
-            return
-        t = max([free[d] for d in devs] + [end[(a, m)] + lat(a, b) for a in p.preds[b]])
+        t: Number = 0
+        for d in devs:
+            o = orders[d]
+            if pos[d] >= len(o) or o[pos[d]] != key:
+                return
+            t = max(t, free[d])
+        for a, la in inputs[b]:
+            e = end.get((a, m))
+            if e is None:
+                return
+            t = max(t, e + la)
         queued.add(key)
         heapq.heappush(heap, (t, len(queued), key))
 
@@ -73,14 +87,15 @@ def earliest_starts(p: Placement, micro_batches: int, orders: Orders,
         t, _, key = heapq.heappop(heap)
         b, m = key
         start[key] = t
-        end[key] = t + dur(b, m)
-        done += len(p.by_id[b].devices)
-        for d in p.by_id[b].devices:
+        end[key] = e = t + dur(b, m)
+        devs = devices[b]
+        done += len(devs)
+        for d in devs:
             pos[d] += 1
-            free[d] = end[key]
+            free[d] = e
             if pos[d] < len(orders[d]):
                 try_queue(orders[d][pos[d]])
-        for s in p.succs[b]:
+        for s in succs[b]:
             try_queue((s, m))
     if done != total:
         raise DeadlockError(_deadlock_message(p, orders, pos, end))

@@ -114,7 +114,34 @@ def _depth_pools(p: Placement, n: int, groups: Sequence[Sequence[str]]) -> Pools
 
 
 def _1f1b(p: Placement, n: int, limit: Limit) -> Starts:
+    plain = _plain_pipeline(p)
+    if plain is not None:  # the closed form: linear in tasks (the walk is quadratic at 4,096 devices)
+        return _pipeline_starts(p, plain, n)
     return list_schedule(p, n, backward_first(p), _depth_pools(p, n, [[b.id for b in p.blocks]]))
+
+
+def _plain_pipeline(p: Placement) -> Chain | None:
+    """The chain of a plain pipeline (one stage per device, each forward keeping memory, no weight
+    blocks), where the greedy walk with 1F1B depths is 1F1B's per-device orders exactly; else None."""
+    comps = components(p)
+    if len(comps) != 1 or not p.is_training:
+        return None
+    try:
+        c = chain(p, comps[0])
+    except BaselineError:
+        return None
+    devs = c.devices(p)
+    if c.weight or not c.backward or len(set(devs)) != len(devs) or \
+            not all(p.by_id[f].memory > 0 for f in c.forward):
+        return None
+    return c
+
+
+def _pipeline_starts(p: Placement, c: Chain, n: int) -> Starts:
+    orders: list[list[Key]] = [[] for _ in range(p.devices)]
+    for s, d in enumerate(c.devices(p)):
+        orders[d] = _stage_1f1b(c, s, n)
+    return earliest_starts(p, n, orders)
 
 
 def _chimera_chains(p: Placement) -> list[Chain]:

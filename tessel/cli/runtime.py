@@ -13,8 +13,9 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import Any
 
+from ..errors import LimitError
 from ..placement import Placement
-from ..schedule import Schedule, schedule_from_dict
+from ..schedule import MAX_TASKS, Schedule, check_task_count, schedule_from_dict
 from .common import (
     MAX_SECONDS,
     UsageError,
@@ -161,7 +162,6 @@ def _job(args: argparse.Namespace, schedule: Schedule) -> Any:
 
 def _schedule(args: argparse.Namespace) -> Schedule:
     from ..methods import run_method
-    from ..runtime.models import MODELS
     ref = args.schedule
     if _is_file(ref):
         if args.placement:
@@ -169,8 +169,13 @@ def _schedule(args: argparse.Namespace) -> Schedule:
         s = Schedule.load(ref, check=True)
         _same_devices(args, s.placement, "--schedule FILE")
         if args.micro_batches and args.micro_batches != s.micro_batches:
+            check_task_count(s.placement, args.micro_batches)  # before unrolling: -n 10**30 refused at once
             s = s.unroll(args.micro_batches)
         return s
+    if args.micro_batches is not None and args.micro_batches > MAX_TASKS:  # any placement has a block
+        raise LimitError(f"-n {args.micro_batches:,} micro-batches: more than the {MAX_TASKS:,} tasks accepted "
+                         "for any placement")
+    from ..runtime.models import MODELS  # torch: seconds to import, after the file's checks
     args.placement = args.placement or MODELS[args.model].placement
     given, args.devices = args.devices, args.devices or 4
     placement: Placement = resolve_placement(args)
