@@ -40,9 +40,11 @@ def wants_torchrun(environ: Mapping[str, str]) -> bool:
     return len(given) == 2
 
 
-def check_torchrun_env(environ: Mapping[str, str], replicas: int = 1, probe: float = PROBE_SECONDS) -> TorchrunEnv:
-    """The rank's environment, or a UsageError naming the variable at fault. With `probe` > 0,
-    waits up to that many seconds for something to listen at MASTER_ADDR:MASTER_PORT."""
+def check_torchrun_env(environ: Mapping[str, str], replicas: int = 1, probe: float | None = None) -> TorchrunEnv:
+    """The rank's environment, or a UsageError naming the variable at fault. With `probe` > 0
+    (default PROBE_SECONDS), waits up to that many seconds for something to listen at
+    MASTER_ADDR:MASTER_PORT."""
+    probe = PROBE_SECONDS if probe is None else probe
     world = _integer(environ, "WORLD_SIZE", 1, MAX_WORLD)
     rank = _integer(environ, "RANK", 0, world - 1, f"0..WORLD_SIZE-1 = 0..{world - 1}")
     local = _integer(environ, "LOCAL_RANK", 0, world - 1, f"0..WORLD_SIZE-1 = 0..{world - 1}") \
