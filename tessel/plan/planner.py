@@ -10,6 +10,7 @@ found, baselines included, so it is never slower than a baseline it evaluated.
 """
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import time
@@ -23,7 +24,7 @@ from ..costmodel import ModelSpec
 from ..errors import TesselError
 from ..methods import run_method
 from ..schedule import Schedule
-from .candidates import Candidate, Cluster, candidates
+from .candidates import Candidate, Cluster, candidates, tp_degrees
 
 log = logging.getLogger(__name__)
 Progress = Callable[[int, int, str], None]   # (done, total, what is running)
@@ -88,8 +89,11 @@ def plan(spec: ModelSpec, cluster: Cluster, micro_batches: int = 64, time_limit:
     if time_limit <= 0:
         raise TesselError(f"time limit must be > 0 seconds, got {time_limit}")
     t0 = time.perf_counter()
+    # the widest tensor-parallel groups first: the fewest stages, the cheapest to build and evaluate
+    # when the clock cannot reach every candidate of a large cluster
+    degrees = sorted(tp or tp_degrees(cluster), reverse=True)
     cands = _unique(_until(t0 + time_limit * PREPARE_SHARE,
-                           [*([given] if given else []), *candidates(spec, cluster, tp)]))
+                           itertools.chain([given] if given else [], candidates(spec, cluster, degrees))))
     rows = [_memory_check(c, micro_batches) for c in cands]
     fits = [c for c, r in zip(cands, rows) if r is None]
     out: list[Row] = [r for r in rows if r is not None]
@@ -108,6 +112,10 @@ def plan(spec: ModelSpec, cluster: Cluster, micro_batches: int = 64, time_limit:
         if c.baseline:
             out.append(_baseline(c, micro_batches, base_end))
             tick(f"{c.baseline} on {c.name}")
+    if _best(out) is None and fits:  # nothing in time: the cheapest baseline still gives an answer
+        cheapest = min((c for c in fits if c.baseline), key=lambda c: _tasks(c, micro_batches), default=None)
+        if cheapest is not None:
+            out.append(_baseline(cheapest, micro_batches, None, t0 + time_limit))
     best_base = _best(out)
     searchable = sorted(fits, key=lambda c: bound[id(c)])
     if best_base is not None and best_base.makespan is not None:
@@ -188,14 +196,16 @@ def _bound(c: Candidate, n: int) -> float:
     return float(lower_bound(c.placement, math.ceil(n / c.replicas)))
 
 
-def _baseline(c: Candidate, n: int, stop: float | None = None) -> Row:
+def _baseline(c: Candidate, n: int, stop: float | None = None, hard: float | None = None) -> Row:
+    """Its baseline's row; with `stop`, not started unless its tasks fit the time left; the walk
+    is stopped at `hard` (default `stop`)."""
     assert c.baseline is not None
     t0 = time.perf_counter()
     if stop is not None and _tasks(c, n) > BASELINE_TASKS_PER_SECOND * (stop - t0):
         return Row(c, c.baseline, "failed", f"not run: {_tasks(c, n):,} tasks, more than the clock's share for "
                                             f"baselines ({max(0.0, stop - t0):.1f} s left) allows")
     try:
-        with deadline(stop):
+        with deadline(hard if hard is not None else stop):
             s = run_method(c.baseline, c.placement, math.ceil(n / c.replicas), c.budget)
     except BaselineError as e:
         return Row(c, c.baseline, "failed", str(e), seconds=time.perf_counter() - t0)
