@@ -57,44 +57,51 @@ def earliest_starts(p: Placement, micro_batches: int, orders: Orders,
     start: dict[Key, Number] = {}
     total = sum(len(o) for o in orders)
     done = 0
-    # a task is issued when it heads the order of every one of its devices and its inputs are done
+    # a task is issued when it heads the order of every one of its devices (counted as each
+    # device reaches it: a task on k devices costs k, not k squared) and its inputs are done
     heap: list[tuple[Number, int, Key]] = []
+    heads: dict[Key, int] = {}
     queued: set[Key] = set()
 
     def try_queue(key: Key) -> None:
         b, m = key
-        devs = devices[b]
-        if key in queued:
+        if key in queued or heads.get(key, 0) < len(devices[b]):
             return
         t: Number = 0
-        for d in devs:
-            o = orders[d]
-            if pos[d] >= len(o) or o[pos[d]] != key:
-                return
-            t = max(t, free[d])
+        for d in devices[b]:
+            if free[d] > t:
+                t = free[d]
         for a, la in inputs[b]:
             e = end.get((a, m))
             if e is None:
                 return
-            t = max(t, e + la)
+            if e + la > t:
+                t = e + la
         queued.add(key)
         heapq.heappush(heap, (t, len(queued), key))
 
+    def arrive(d: int) -> None:
+        """Device d moved on to the next task of its order."""
+        if pos[d] < len(orders[d]):
+            key = orders[d][pos[d]]
+            heads[key] = heads.get(key, 0) + 1
+            try_queue(key)
+
     for d in range(p.devices):
-        if orders[d]:
-            try_queue(orders[d][0])
+        arrive(d)
     while heap:
         t, _, key = heapq.heappop(heap)
         b, m = key
         start[key] = t
         end[key] = e = t + dur(b, m)
+        del heads[key]
         devs = devices[b]
         done += len(devs)
         for d in devs:
             pos[d] += 1
             free[d] = e
-            if pos[d] < len(orders[d]):
-                try_queue(orders[d][pos[d]])
+        for d in devs:
+            arrive(d)
         for s in succs[b]:
             try_queue((s, m))
     if done != total:

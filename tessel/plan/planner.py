@@ -15,7 +15,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..baselines import BaselineError
 from ..baselines.engine import deadline
@@ -39,6 +39,7 @@ PREPARE_SHARE = 0.25
 BASELINE_SHARE = 0.5
 SEARCH_TASKS_PER_SECOND = 20_000
 BASELINE_TASKS_PER_SECOND = 50_000
+FALLBACK_TRIES = 3
 
 
 @dataclass(frozen=True)
@@ -112,10 +113,8 @@ def plan(spec: ModelSpec, cluster: Cluster, micro_batches: int = 64, time_limit:
         if c.baseline:
             out.append(_baseline(c, micro_batches, base_end))
             tick(f"{c.baseline} on {c.name}")
-    if _best(out) is None and fits:  # nothing in time: the cheapest baseline still gives an answer
-        cheapest = min((c for c in fits if c.baseline), key=lambda c: _tasks(c, micro_batches), default=None)
-        if cheapest is not None:
-            out.append(_baseline(cheapest, micro_batches, None, t0 + time_limit))
+    if _best(out) is None:  # nothing in time: the cheapest candidates' baselines still give an answer
+        out += _fallback(fits, micro_batches, t0 + time_limit)
     best_base = _best(out)
     searchable = sorted(fits, key=lambda c: bound[id(c)])
     if best_base is not None and best_base.makespan is not None:
@@ -194,6 +193,20 @@ def _memory_check(c: Candidate, n: int) -> Row | None:
 
 def _bound(c: Candidate, n: int) -> float:
     return float(lower_bound(c.placement, math.ceil(n / c.replicas)))
+
+
+def _fallback(fits: Sequence[Candidate], n: int, hard: float) -> list[Row]:
+    """1F1B (gpipe for inference) on the candidates with the fewest tasks, those with recomputation
+    first (1F1B fits their memory by construction), until one gives a schedule or `hard` passes."""
+    rows: list[Row] = []
+    for c in sorted(fits, key=lambda c: (_tasks(c, n), c.recompute != "auto"))[:FALLBACK_TRIES]:
+        if time.perf_counter() > hard:
+            break
+        method = c.baseline or ("1f1b" if c.placement.is_training else "gpipe")
+        rows.append(_baseline(replace(c, baseline=method), n, None, hard))
+        if rows[-1].status == "ok":
+            break
+    return rows
 
 
 def _baseline(c: Candidate, n: int, stop: float | None = None, hard: float | None = None) -> Row:
