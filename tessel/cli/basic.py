@@ -192,9 +192,12 @@ def _compare_row(method: str, p: Placement, n: int, memory: Any, opts: dict[str,
                            "bubble": None, "peak_memory": None, "seconds": None, "error": why_not_method(method, p)}
     if row["error"]:
         return row
+    from ..baselines.engine import deadline
     t0 = time.perf_counter()
+    limit = opts.get("time_limit")
     try:
-        s = run_method(method, p, n, memory, **opts)
+        with deadline(t0 + limit if limit else None):  # a baseline's walk keeps to the method's time too
+            s = run_method(method, p, n, memory, **opts)
     except TesselError as e:  # does not fit, over the limit, no schedule found
         row["error"] = str(e)
         return row
