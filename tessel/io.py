@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import tempfile
 from collections.abc import Iterator, Mapping
@@ -26,8 +27,11 @@ __all__ = ["MAX_DEPTH", "MAX_DOCUMENT_BYTES", "all_or_nothing", "atomic_write", 
 
 
 class _NoAliasLoader(yaml.SafeLoader):
-    """safe_load without anchors and aliases: a few hundred bytes of aliases can expand to
-    gigabytes, and a placement or schedule never needs them."""
+    """safe_load, strict: no anchors and aliases (a few hundred bytes of aliases can expand to
+    gigabytes, and a placement or schedule never needs them), no duplicate keys (the later value
+    would win without a word), no merge keys, and none of YAML 1.1's silent conversions where a
+    number or a string is meant (`1:30` read as 90, `0x1f`, `017`, `1_000`, `yes`/`on` as true,
+    dates): each is refused with its line, not converted."""
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         if self.check_event(yaml.AliasEvent):
@@ -36,17 +40,60 @@ class _NoAliasLoader(yaml.SafeLoader):
                                  "aliases are not accepted")
         return super().compose_node(parent, index)
 
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        seen: set[Any] = set()
+        for key, _ in node.value:
+            if key.tag == "tag:yaml.org,2002:merge":
+                raise PlacementError(f"YAML merge key << at line {key.start_mark.line + 1}: merge keys are "
+                                     "not accepted (write the fields out)")
+            k = self.construct_object(key, deep=True)
+            try:
+                dup = k in seen
+                seen.add(k)
+            except TypeError:  # an unhashable key: SafeLoader refuses it below
+                dup = False
+            if dup:
+                raise PlacementError(f"YAML key {quote(k)} at line {key.start_mark.line + 1} appears twice "
+                                     "in one mapping (the later value would silently win)")
+        return super().construct_mapping(node, deep)
+
+
+def _strict_scalar(kind: str, ok: re.Pattern[str], hint: str) -> Any:
+    """A SafeLoader constructor that accepts only the plain forms of YAML 1.2's core schema."""
+    base = yaml.SafeLoader.yaml_constructors[f"tag:yaml.org,2002:{kind}"]
+
+    def construct(loader: yaml.SafeLoader, node: Any) -> Any:
+        text = str(node.value)
+        if node.style is None and not ok.fullmatch(text):
+            raise PlacementError(f"YAML value {quote(text)} at line {node.start_mark.line + 1}: {hint}")
+        return base(loader, node)
+    return construct
+
+
+_NUMBER = r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?|[-+]?\.(inf|Inf|INF)|\.(nan|NaN|NAN)"
+_STRICT = {
+    "bool": (r"true|True|TRUE|false|False|FALSE", "YAML 1.1 reads this as a boolean; write true/false, "
+             "or quote it for a string"),
+    "int": (r"[-+]?(0|[1-9][0-9]*)", "YAML 1.1 reads this as an integer in another base or notation "
+            "(sexagesimal, octal, hex, underscores); write the plain decimal number, or quote it"),
+    "float": (_NUMBER, "YAML 1.1 reads this as a number in a notation (sexagesimal, underscores) that is "
+              "not accepted; write the plain decimal number, or quote it"),
+    "timestamp": (r"(?!)", "YAML 1.1 reads this as a date; quote it for a string"),
+}
+# YAML 1.2 reads 1e3 as a number; YAML 1.1 as a string
+_NoAliasLoader.add_implicit_resolver("tag:yaml.org,2002:float",
+                                     re.compile(r"^[-+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+$"),
+                                     list("-+0123456789."))
+for _kind, (_ok, _hint) in _STRICT.items():
+    _NoAliasLoader.add_constructor(f"tag:yaml.org,2002:{_kind}", _strict_scalar(_kind, re.compile(_ok), _hint))
+
 
 def read_document(path: str | Path) -> Any:
     """Parse a JSON or YAML file into plain data, with one clear error when it cannot: too big,
     too deeply nested, YAML aliases and malformed text are refused before or while parsing."""
     p = Path(path)
     where = quote(str(p)).strip("'\"")
-    try:
-        with p.open("rb") as f:  # at most one byte over the limit, even from /dev/zero
-            data = f.read(MAX_DOCUMENT_BYTES + 1)
-    except OSError as e:
-        raise PlacementError(f"cannot read {where}: {e.strerror or e}") from None
+    data = _read_regular(p, where)
     if len(data) > MAX_DOCUMENT_BYTES:
         raise LimitError(f"{where}: more than the {MAX_DOCUMENT_BYTES:,} bytes accepted")
     try:
@@ -62,7 +109,61 @@ def read_document(path: str | Path) -> Any:
         depth = _depth(doc)
     if depth > MAX_DEPTH:
         raise LimitError(f"{where}: nested deeper than {MAX_DEPTH} levels")
+    _check_text(doc, where)
     return doc
+
+
+def _read_regular(p: Path, where: str) -> bytes:
+    """The bytes of a regular file, at most one over the limit. A FIFO, a device or a directory
+    is refused at once: opened without blocking (a FIFO with no writer would wait forever) and
+    checked with fstat before any read."""
+    try:
+        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+    except OSError as e:
+        raise PlacementError(f"cannot read {where}: {e.strerror or e}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            what = "a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else \
+                "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket or special file"
+            raise PlacementError(f"cannot read {where}: it is {what}, not a regular file")
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb") as f:
+            fd = -1
+            return f.read(MAX_DOCUMENT_BYTES + 1)
+    except OSError as e:
+        raise PlacementError(f"cannot read {where}: {e.strerror or e}") from None
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+def _check_text(doc: Any, where: str) -> None:
+    """Every string (keys included) must be text UTF-8 can hold: JSON's escapes can spell a lone
+    surrogate ("\\ud800") that no file, terminal or solver name can carry."""
+    stack = [doc]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, str):
+            _utf8(x, where)
+        elif isinstance(x, Mapping):
+            for k, v in x.items():
+                if isinstance(k, str):
+                    _utf8(k, where)
+                stack.append(v)
+        elif isinstance(x, list):
+            stack.extend(x)
+
+
+def _utf8(text: str, where: str) -> None:
+    if text.isascii():
+        return
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise PlacementError(f"{where}: a string holds {quote(text[e.start:e.end])} at character {e.start}, "
+                             f"not valid Unicode text (a lone surrogate): {quote(text.encode('utf-8', 'replace').decode())}") from None
 
 
 def _parse(text: str, yaml_text: bool, where: str) -> Any:

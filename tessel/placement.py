@@ -228,8 +228,13 @@ def in_range(x: Any, lo: float, hi: float) -> bool:
     return lo <= x <= hi and (isinstance(x, int) or math.isfinite(x))
 
 
+def _unicode(text: str) -> bool:
+    """Text UTF-8 can hold: no lone surrogate (JSON's "\\ud800"), which no file or terminal carries."""
+    return text.isascii() or not any(0xD800 <= ord(c) <= 0xDFFF for c in text)
+
+
 def _check_block(p: Placement, b: Block, seen: set[str]) -> None:
-    if not isinstance(b.id, str) or not b.id or len(b.id) > MAX_ID_CHARS:
+    if not isinstance(b.id, str) or not b.id or len(b.id) > MAX_ID_CHARS or not _unicode(b.id):
         raise PlacementError(f"block id must be a string of 1..{MAX_ID_CHARS} characters, got {quote(b.id)}")
     if b.id in seen:
         raise PlacementError(f"duplicate block id {b.id!r}")
@@ -335,7 +340,7 @@ def placement_from_dict(doc: Any, source: str = "placement") -> Placement:
         raise LimitError(f"{source}: devices must be 1..{MAX_DEVICES}, got {quote(devices)}")
     _check_sizes(source, len(blocks_doc), len(doc["edges"]) if isinstance(doc.get("edges"), list) else 0)
     name = doc.get("name", Path(source).stem)
-    if not isinstance(name, str) or len(name) > MAX_ID_CHARS:
+    if not isinstance(name, str) or len(name) > MAX_ID_CHARS or not _unicode(name):
         raise PlacementError(f"{source}: name must be a string of at most {MAX_ID_CHARS} characters, "
                              f"got {quote(name)}")
     latency = doc.get("latency", 0)

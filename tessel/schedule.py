@@ -149,9 +149,19 @@ class Schedule:
 
     def device_tasks(self, device: int) -> list[Task]:
         """Tasks on one device in start order: the per-device order a runtime executes."""
+        return sorted(self._on_device[device], key=lambda t: (t.start, t.micro_batch, t.block))
+
+    @cached_property
+    def _on_device(self) -> list[list[Task]]:
+        """Each device's tasks, in one pass over the tasks (per-device scans were quadratic: 4,096
+        devices x 524k tasks took minutes)."""
         by = self.placement.by_id
-        return sorted((t for t in self.tasks if device in by[t.block].devices),
-                      key=lambda t: (t.start, t.micro_batch, t.block))
+        out: list[list[Task]] = [[] for _ in range(self.placement.devices)]
+        for t in self.tasks:
+            for d in by[t.block].devices:
+                if 0 <= d < len(out):
+                    out[d].append(t)
+        return out
 
     def device_orders(self) -> list[list[Task]]:
         return [self.device_tasks(d) for d in range(self.placement.devices)]
@@ -237,9 +247,9 @@ class Schedule:
     def memory_events(self, device: int) -> list[tuple[Number, Number]]:
         """(time, delta) in rule-4 order: releases at block ends, allocations at block starts."""
         by, ev = self.placement.by_id, []
-        for t in self.tasks:
+        for t in self._on_device[device]:
             b = by[t.block]
-            if device in b.devices and b.memory:
+            if b.memory:
                 ev.append((t.start + b.duration, 0, b.memory) if b.memory < 0 else (t.start, 1, b.memory))
         ev.sort()
         return [(time, mem) for time, _, mem in ev]

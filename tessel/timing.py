@@ -43,44 +43,66 @@ def earliest_starts(p: Placement, micro_batches: int, orders: Orders,
     perturbed ones. Raises DeadlockError naming the devices and tasks that wait on each other.
     """
     check_orders(p, micro_batches, orders)
-    dur = duration or (lambda b, m: p.by_id[b].duration)
+    by = p.by_id
+    durations = {b.id: b.duration for b in p.blocks}
+    dur = duration or (lambda b, m: durations[b])
     lat = latency or p.edge_latency
+    # per block, looked up once: linear in tasks with small constants (524k tasks at 4,096 devices)
+    devices = {b.id: by[b.id].devices for b in p.blocks}
+    inputs = {b.id: [(a, lat(a, b.id)) for a in p.preds[b.id]] for b in p.blocks}
+    succs = p.succs
     pos = [0] * p.devices
     free: list[Number] = [0] * p.devices
     end: dict[Key, Number] = {}
     start: dict[Key, Number] = {}
     total = sum(len(o) for o in orders)
     done = 0
-    # a task is issued when it heads the order of every one of its devices and its inputs are done
+    # a task is issued when it heads the order of every one of its devices (counted as each
+    # device reaches it: a task on k devices costs k, not k squared) and its inputs are done
     heap: list[tuple[Number, int, Key]] = []
+    heads: dict[Key, int] = {}
     queued: set[Key] = set()
 
     def try_queue(key: Key) -> None:
         b, m = key
-        devs = p.by_id[b].devices
-        if key in queued or any(pos[d] >= len(orders[d]) or orders[d][pos[d]] != key for d in devs):
+        if key in queued or heads.get(key, 0) < len(devices[b]):
             return
-        if any((a, m) not in end for a in p.preds[b]):
-            return
-        t = max([free[d] for d in devs] + [end[(a, m)] + lat(a, b) for a in p.preds[b]])
+        t: Number = 0
+        for d in devices[b]:
+            if free[d] > t:
+                t = free[d]
+        for a, la in inputs[b]:
+            e = end.get((a, m))
+            if e is None:
+                return
+            if e + la > t:
+                t = e + la
         queued.add(key)
         heapq.heappush(heap, (t, len(queued), key))
 
+    def arrive(d: int) -> None:
+        """Device d moved on to the next task of its order."""
+        if pos[d] < len(orders[d]):
+            key = orders[d][pos[d]]
+            heads[key] = heads.get(key, 0) + 1
+            try_queue(key)
+
     for d in range(p.devices):
-        if orders[d]:
-            try_queue(orders[d][0])
+        arrive(d)
     while heap:
         t, _, key = heapq.heappop(heap)
         b, m = key
         start[key] = t
-        end[key] = t + dur(b, m)
-        done += len(p.by_id[b].devices)
-        for d in p.by_id[b].devices:
+        end[key] = e = t + dur(b, m)
+        del heads[key]
+        devs = devices[b]
+        done += len(devs)
+        for d in devs:
             pos[d] += 1
-            free[d] = end[key]
-            if pos[d] < len(orders[d]):
-                try_queue(orders[d][pos[d]])
-        for s in p.succs[b]:
+            free[d] = e
+        for d in devs:
+            arrive(d)
+        for s in succs[b]:
             try_queue((s, m))
     if done != total:
         raise DeadlockError(_deadlock_message(p, orders, pos, end))

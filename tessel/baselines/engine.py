@@ -22,9 +22,12 @@ whole run.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import heapq
+import time
 from collections import defaultdict
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +35,22 @@ from ..key import Key
 from ..placement import Number, Placement
 from ..schedule import EPS
 from ..timing import DeadlockError
+from .shapes import BaselineError
+
+# a wall clock for the walks started inside `deadline(...)` (plan's clock at 4,096 devices: one
+# walk there takes minutes); None: no limit
+_DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar("tessel_walk_deadline", default=None)
+CHECK_EVERY = 256  # events between looks at the clock
+
+
+@contextlib.contextmanager
+def deadline(at: float | None) -> Iterator[None]:
+    """Walks started inside stop with BaselineError once time.perf_counter() passes `at`."""
+    token = _DEADLINE.set(at)
+    try:
+        yield
+    finally:
+        _DEADLINE.reset(token)
 
 Pool = tuple[int, Hashable]
 Priority = Callable[[str, int], tuple[Any, ...]]
@@ -96,7 +115,12 @@ class _Walk:
 
     def run(self) -> dict[Key, Number]:
         t, total = 0.0, self.n * len(self.p.blocks)
+        stop, events = _DEADLINE.get(), 0
         while len(self.start) < total:
+            events += 1
+            if stop is not None and events % CHECK_EVERY == 0 and time.perf_counter() > stop:
+                raise BaselineError(f"time limit: the walk stopped with {total - len(self.start):,} of {total:,} "
+                                    "tasks left")
             self._dispatch(t)
             nxt = [q[0][0] for q in (self.running, self.pending) if q]
             if not nxt:
@@ -112,27 +136,29 @@ class _Walk:
 
     # ---- dispatch -------------------------------------------------------------------------
     def _dispatch(self, t: float) -> None:
-        free = {d for d in range(self.p.devices) if self.busy[d] <= t + EPS}
-        if not free:
-            return
+        # a device is free while busy[d] <= t: _begin makes it busy past t, so this is the set of
+        # free devices at the start less those taken since, without a scan of every device per
+        # event (quadratic at 4,096 devices)
+        busy, tol, by = self.busy, t + EPS, self.p.by_id
         cands = sorted((self.priority(b, self.ready[b][0]), b, self.ready[b][0]) for b in self.waiting
-                       if not free.isdisjoint(self.p.by_id[b].devices))
+                       if any(busy[d] <= tol for d in by[b].devices))
+        if not cands:
+            return
         claim = self._reserved()
         for _, b, m in cands:
-            devs = self.p.by_id[b].devices
+            devs = by[b].devices
             if not self._admissible(b, m):
                 continue
-            if all(d in free for d in devs):
-                end = t + self.p.by_id[b].duration
+            if all(busy[d] <= tol for d in devs):
+                end = t + by[b].duration
                 if b == self.held or all(end <= claim.get(d, end) + EPS for d in devs):
                     self._begin(b, m, t, end)
-                    free.difference_update(devs)
             else:
-                when = max(self.busy[d] for d in devs)
+                when = max(busy[d] for d in devs)
                 if len(devs) > 1 and self.held is None:
                     self.held = b
                 for d in devs:
-                    if d in free:
+                    if busy[d] <= tol:
                         claim[d] = min(claim.get(d, when), when)
 
     def _reserved(self) -> dict[int, float]:

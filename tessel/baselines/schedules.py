@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..key import Key
@@ -114,7 +114,43 @@ def _depth_pools(p: Placement, n: int, groups: Sequence[Sequence[str]]) -> Pools
 
 
 def _1f1b(p: Placement, n: int, limit: Limit) -> Starts:
+    plain = _plain_pipeline(p)
+    if plain is not None:  # the closed form: linear in tasks (the walk is quadratic at 4,096 devices)
+        return _pipeline_starts(p, plain, n)
     return list_schedule(p, n, backward_first(p), _depth_pools(p, n, [[b.id for b in p.blocks]]))
+
+
+def _plain_pipeline(p: Placement) -> Chain | None:
+    """The chain of a plain pipeline (one stage per device or per tensor-parallel group, groups
+    disjoint, each forward keeping memory, no weight blocks), where the greedy walk with 1F1B
+    depths is 1F1B's per-device orders exactly; else None. A group acts as one device: the chain
+    is found on the placement with each block on its group's first device."""
+    comps = components(p)
+    if len(comps) != 1 or not p.is_training:
+        return None
+    groups = {b.devices for b in p.blocks}
+    if sum(len(g) for g in groups) != len({d for g in groups for d in g}):
+        return None  # groups overlap
+    one = p if all(len(g) == 1 for g in groups) else \
+        make_placement(p.name, p.devices, [replace(b, devices=b.devices[:1]) for b in p.blocks], p.edges, p.latency)
+    try:
+        c = chain(one, comps[0])
+    except BaselineError:
+        return None
+    devs = c.devices(one)
+    if c.weight or not c.backward or len(set(devs)) != len(devs) or \
+            not all(p.by_id[f].memory > 0 for f in c.forward):
+        return None
+    return c
+
+
+def _pipeline_starts(p: Placement, c: Chain, n: int) -> Starts:
+    orders: list[list[Key]] = [[] for _ in range(p.devices)]
+    for s, f in enumerate(c.forward):
+        order = _stage_1f1b(c, s, n)
+        for d in p.by_id[f].devices:
+            orders[d] = order
+    return earliest_starts(p, n, orders)
 
 
 def _chimera_chains(p: Placement) -> list[Chain]:

@@ -201,13 +201,16 @@ def _compare_row(method: str, p: Placement, n: int, memory: Any, time_limit: flo
                            "bubble": None, "peak_memory": None, "seconds": None, "error": why_not_method(method, p)}
     if row["error"]:
         return row
+    from ..baselines.engine import deadline
     t0 = time.perf_counter()
     opts: dict[str, Any] = {}
     if time_limit is not None and method in SEARCH_MODES:
         from ..search import command_clock
         opts["clock"] = command_clock(time_limit, t0)
+    limit = time_limit
     try:
-        s = run_method(method, p, n, memory, **opts)
+        with deadline(t0 + limit if limit else None):  # a baseline's walk keeps to the method's time too
+            s = run_method(method, p, n, memory, **opts)
     except TesselError as e:  # does not fit, over the limit, no schedule found
         row["error"] = str(e)
         return row

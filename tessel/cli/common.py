@@ -101,20 +101,50 @@ def parse_memory(text: str) -> float | list[float]:
     return out[0] if len(out) == 1 else out
 
 
-def positive_float(what: str, unit: str) -> Callable[[str], float]:
-    """An argparse type: a finite number > 0; errors say which value and in what unit."""
+MAX_SECONDS = 1_000_000.0  # ~11.6 days: any timeout or time limit; far beyond it timedelta and gloo overflow
+
+
+def positive_float(what: str, unit: str, most: float = MAX_VALUE) -> Callable[[str], float]:
+    """An argparse type: a finite number in (0, most]; errors say which value and in what unit."""
     def parse(text: str) -> float:
         try:
             v = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{what} must be a number ({unit}), got {text[:200]!r}") from None
-        if not (math.isfinite(v) and v > 0):
-            raise argparse.ArgumentTypeError(f"{what} must be a finite number > 0 ({unit}), got {text[:200]!r}")
+        if not (math.isfinite(v) and 0 < v <= most):
+            raise argparse.ArgumentTypeError(f"{what} must be a finite number > 0 and at most {most:g} ({unit}), "
+                                             f"got {text[:200]!r}")
         return v
     return parse
 
 
-seconds = positive_float("time limit", "seconds")
+seconds = positive_float("time limit", "seconds", MAX_SECONDS)
+
+
+def finite_float(what: str, low: float, high: float) -> Callable[[str], float]:
+    """An argparse type: a finite number in [low, high]."""
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            v = math.nan
+        if not (math.isfinite(v) and low <= v <= high):
+            raise argparse.ArgumentTypeError(f"{what} must be a finite number in {low:g}..{high:g}, got {text[:200]!r}")
+        return v
+    return parse
+
+
+def int_in(what: str, low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: an integer in low..high (the text read no further than 40 characters)."""
+    def parse(text: str) -> int:
+        try:
+            v: int | None = int(text) if len(text) <= 40 else None
+        except ValueError:
+            v = None
+        if v is None or not low <= v <= high:
+            raise argparse.ArgumentTypeError(f"{what} must be an integer in {low:,}..{high:,}, got {text[:200]!r}")
+        return v
+    return parse
 
 
 def positive_int(text: str) -> int:

@@ -13,6 +13,8 @@ from ..search.budget import command_clock
 from .common import UsageError, positive_float, positive_int, print_table, seconds
 from .outputs import add_output_args, output_path, write_outputs
 
+MAX_GIB = 2.0**20  # a pebibyte-sized device; beyond it bytes leave the cost model's range
+
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("plan", help="choose placement and schedule together for a model on a cluster",
@@ -27,7 +29,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--gpu", choices=list(HARDWARE), default="a100-80g", help="device type (default a100-80g)")
     p.add_argument("--devices", type=positive_int, default=8, help="devices in all (default 8)")
     p.add_argument("--devices-per-node", type=positive_int, metavar="P", help="devices per node (default the GPU's)")
-    p.add_argument("--memory", type=positive_float("memory", "GiB"), metavar="GIB", help="device memory in GiB (default the GPU's)")
+    p.add_argument("--memory", type=positive_float("--memory", "GiB", MAX_GIB), metavar="GIB", help="device memory in GiB (default the GPU's)")
     p.add_argument("--micro-batches", "-n", type=positive_int, default=64, metavar="N", help="micro-batches (64)")
     p.add_argument("--time-limit", type=seconds, default=90.0, metavar="S", help="seconds of search in all (90)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",

@@ -14,12 +14,16 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import Any
 
+from ..errors import LimitError
 from ..placement import Placement
-from ..schedule import Schedule, schedule_from_dict
+from ..schedule import MAX_TASKS, Schedule, check_task_count, schedule_from_dict
 from .common import (
+    MAX_SECONDS,
     UsageError,
     add_memory_arg,
+    finite_float,
     fmt,
+    int_in,
     is_file_ref,
     positive_float,
     positive_int,
@@ -27,9 +31,16 @@ from .common import (
     printable,
     resolve_placement,
 )
+from .environ import check_torchrun_env, wants_torchrun
 
 TOLERANCE = 1e-4  # relative error per tensor: |x - ref|max / |ref|max
 MODEL_NAMES = ("gpt", "kshape", "mlp")  # tessel.runtime.models.MODELS, without importing torch here
+# checked before any work: the example models are small, so a bigger batch only fills memory (a
+# micro-batch of 10**12 samples killed every rank in the allocator); seeds feed torch's 64-bit seeds
+MAX_MICRO_BATCH_SIZE = 65_536
+MAX_SAMPLES_PER_STEP = 2**22
+MAX_STEPS = 1_000_000
+MAX_SEED = 2**32 - 1
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -54,16 +65,17 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("-n", "--micro-batches", type=positive_int, metavar="N",
                    help="micro-batches (default 8, or the file's)")
     add_memory_arg(p)
-    p.add_argument("--micro-batch-size", type=positive_int, default=2, help="samples per micro-batch (default 2)")
-    p.add_argument("--steps", type=positive_int, default=3, help="training steps (default 3)")
-    p.add_argument("--lr", type=float, default=0.05, help="SGD learning rate (default 0.05)")
-    p.add_argument("--seed", type=int, default=0, help="weights and data seed (default 0)")
+    p.add_argument("--micro-batch-size", type=int_in("--micro-batch-size", 1, MAX_MICRO_BATCH_SIZE), default=2,
+                   help=f"samples per micro-batch (default 2, at most {MAX_MICRO_BATCH_SIZE:,})")
+    p.add_argument("--steps", type=int_in("--steps", 1, MAX_STEPS), default=3, help="training steps (default 3)")
+    p.add_argument("--lr", type=finite_float("--lr", 0.0, 1e6), default=0.05, help="SGD learning rate (default 0.05)")
+    p.add_argument("--seed", type=int_in("--seed", 0, MAX_SEED), default=0, help="weights and data seed (default 0)")
     p.add_argument("--check", action="store_true",
                    help="compare loss and every gradient with a single-process run (relative error per "
                         f"tensor <= {TOLERANCE:g}) and each rank's executed order with the schedule's")
     p.add_argument("--programs", action="store_true", help="print the per-rank programs and exit")
-    p.add_argument("--timeout", type=positive_float("timeout", "seconds"), default=300.0,
-                   help="seconds for the whole job (default 300)")
+    p.add_argument("--timeout", type=positive_float("--timeout", "seconds", MAX_SECONDS), default=300.0,
+                   help=f"seconds for the whole job (default 300, at most {MAX_SECONDS:,.0f})")
     p.add_argument("--oversubscribe", action="store_true",
                    help="start more processes (devices x replicas) than this machine's cores and available "
                         "memory hold (refused by default, before anything starts)")
@@ -83,7 +95,8 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _run_or_launch(args: argparse.Namespace) -> int:
-    if "RANK" in os.environ and "WORLD_SIZE" in os.environ and not args.programs:
+    if not args.programs and wants_torchrun(os.environ):
+        check_torchrun_env(os.environ, args.data_parallel)
         return _as_torchrun_rank(args)
     if not args.programs and not args.oversubscribe and (args.devices or not _is_file(args.schedule)):
         # before any search or process (a file's device count is checked when launching)
@@ -97,6 +110,7 @@ def _run_or_launch(args: argparse.Namespace) -> int:
         start_early()  # its imports (torch) overlap ours and the schedule search
     schedule = _schedule(args)
     _bind(args, schedule)
+    _check_samples(args, schedule)
     if args.programs:
         from ..runtime.program import lower
         print(lower(schedule))
@@ -140,6 +154,15 @@ def _bind(args: argparse.Namespace, schedule: Schedule) -> None:
     example(args.model, schedule.placement)
 
 
+def _check_samples(args: argparse.Namespace, schedule: Schedule) -> None:
+    """One step's batch (micro-batch size x micro-batches x replicas samples) is made at once."""
+    samples = args.micro_batch_size * schedule.micro_batches * args.data_parallel
+    if samples > MAX_SAMPLES_PER_STEP:
+        raise UsageError(f"--micro-batch-size {args.micro_batch_size} x {schedule.micro_batches} micro-batches x "
+                         f"{args.data_parallel} replicas = {samples:,} samples per step, more than the "
+                         f"{MAX_SAMPLES_PER_STEP:,} accepted")
+
+
 def _job(args: argparse.Namespace, schedule: Schedule) -> Any:
     from ..runtime.train import TrainJob
     return TrainJob.of(args.model, schedule, steps=args.steps, micro_batch_size=args.micro_batch_size,
@@ -155,9 +178,13 @@ def _schedule(args: argparse.Namespace) -> Schedule:
         s = Schedule.load(ref, check=True)
         _same_devices(args, s.placement, "--schedule FILE")
         if args.micro_batches and args.micro_batches != s.micro_batches:
+            check_task_count(s.placement, args.micro_batches)  # before unrolling: -n 10**30 refused at once
             s = s.unroll(args.micro_batches)
         return s
-    from ..runtime.models import MODELS
+    if args.micro_batches is not None and args.micro_batches > MAX_TASKS:  # any placement has a block
+        raise LimitError(f"-n {args.micro_batches:,} micro-batches: more than the {MAX_TASKS:,} tasks accepted "
+                         "for any placement")
+    from ..runtime.models import MODELS  # torch: seconds to import, after the file's checks
     args.placement = args.placement or MODELS[args.model].placement
     given, args.devices = args.devices, args.devices or 4
     placement: Placement = resolve_placement(args)

@@ -5,6 +5,8 @@ alpha-beta model of NCCL's algorithms: a message costs `alpha` to start plus byt
 """
 from __future__ import annotations
 
+import collections
+import functools
 import math
 from dataclasses import dataclass
 
@@ -39,13 +41,7 @@ class Hardware:
         NCCL's rings leaves a node once through one NIC, and NCCL runs one ring per NIC a group
         can use (one per member on the node, at most the node's NICs): the node's boundary
         carries nic_bandwidth x min(nics, members on the node), never above NVLink's rate."""
-        if not self.spans_nodes(devices):
-            return self.intra_bandwidth
-        members: dict[int, int] = {}
-        for d in devices:
-            members[self.node_of(d)] = members.get(self.node_of(d), 0) + 1
-        rings = min(self.nics_per_node, min(members.values()))
-        return min(self.intra_bandwidth, self.nic_bandwidth * rings)
+        return _ring_bandwidth(self, tuple(devices))
 
     def p2p_bandwidth(self, devices: tuple[int, ...]) -> float:
         """One point-to-point message: NVLink inside a node, one NIC across nodes."""
@@ -99,3 +95,15 @@ def p2p_seconds(nbytes: float, src: tuple[int, ...], dst: tuple[int, ...], hw: H
     if set(src) == set(dst) or nbytes <= 0:
         return 0.0
     return nbytes / hw.p2p_bandwidth(tuple(src) + tuple(dst)) + hw.link_latency
+
+
+@functools.lru_cache(maxsize=1024)
+def _ring_bandwidth(hw: Hardware, devices: tuple[int, ...]) -> float:
+    """Hardware.ring_bandwidth, remembered: the cost model asks it of the same groups for every
+    layer (4,096-device groups thousands of times for the candidates of a large cluster)."""
+    per = hw.devices_per_node
+    members = collections.Counter(d // per for d in devices)
+    if len(members) <= 1:
+        return hw.intra_bandwidth
+    rings = min(hw.nics_per_node, min(members.values()))
+    return min(hw.intra_bandwidth, hw.nic_bandwidth * rings)

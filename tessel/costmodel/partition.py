@@ -7,6 +7,8 @@ placement in milliseconds and MiB with the memory budget its weights leave per d
 """
 from __future__ import annotations
 
+import heapq
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -80,17 +82,17 @@ class PlacedModel:
         """Per device: parameters (with gradients and optimizer states when training) of every part
         on it; parts sharing a weights key on a device hold that tensor once."""
         per_param = self.param_bytes or (TRAIN_BYTES_PER_PARAM if self.training else INFER_BYTES_PER_PARAM)
-        out = []
-        for d in range(self.devices):
-            seen: set[str] = set()
-            total = 0.0
-            for p in self.parts:
-                if d not in p.devices or (p.cost.weights is not None and p.cost.weights in seen):
+        # one pass over the parts, each device's sum in part order (a scan per device was
+        # quadratic: minutes for the candidates of 4,096 devices)
+        out = [0.0] * self.devices
+        seen: list[set[str]] = [set() for _ in range(self.devices)]
+        for p in self.parts:
+            for d in dict.fromkeys(p.devices):
+                if not 0 <= d < self.devices or (p.cost.weights is not None and p.cost.weights in seen[d]):
                     continue
                 if p.cost.weights is not None:
-                    seen.add(p.cost.weights)
-                total += p.cost.params * per_param
-            out.append(total)
+                    seen[d].add(p.cost.weights)
+                out[d] += p.cost.params * per_param
         return tuple(out)
 
     def memory_budget(self) -> tuple[int, ...]:
@@ -138,7 +140,7 @@ def stage_ranges(chain: Sequence[Unit], stages: int, balance: str = "even") -> l
     layers = [i for i, u in enumerate(chain) if u.layer]
     if len(layers) < stages:
         raise TesselError(f"{len(layers)} layers cannot fill {stages} pipeline stages")
-    cuts = [layers[sum(split_even(len(layers), stages)[:k])] for k in range(1, stages)]
+    cuts = [layers[k] for k in itertools.accumulate(split_even(len(layers), stages)[:-1])]  # linear in stages
     bounds_ = [0, *cuts, len(chain)]
     return [range(bounds_[k], bounds_[k + 1]) for k in range(stages)]
 
@@ -167,12 +169,21 @@ def _cost_ranges(chain: Sequence[Unit], stages: int) -> list[range]:
         mid = (lo + hi) / 2
         lo, hi = (lo, mid) if cuts_for(mid) else (mid, hi)
     cuts = cuts_for(hi) or [0]
-    while len(cuts) < stages:  # fewer groups than stages: split the largest group
-        sizes = [(b - a, k) for k, (a, b) in enumerate(zip(cuts, cuts[1:] + [len(w)]))]
-        size, k = max(sizes)
+    # fewer groups than stages: split the largest group (the last of equal ones), again and
+    # again; a heap of (-size, -start) keeps it n log n (a scan per split was quadratic)
+    heap = [(a - b, -a) for a, b in zip(cuts, cuts[1:] + [len(w)])]
+    heapq.heapify(heap)
+    starts = set(cuts)
+    while len(starts) < stages:
+        neg, neg_a = heapq.heappop(heap)
+        size, a = -neg, -neg_a
         if size < 2:
             raise TesselError(f"{len(w)} units cannot fill {stages} pipeline stages")
-        cuts.insert(k + 1, cuts[k] + size // 2)
+        mid = a + size // 2
+        starts.add(mid)
+        heapq.heappush(heap, (a - mid, -a))
+        heapq.heappush(heap, (mid - (a + size), -mid))
+    cuts = sorted(starts)
     ends = cuts[1:] + [len(w)]
     return [range(a, b) for a, b in zip(cuts, ends)]
 

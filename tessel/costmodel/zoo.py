@@ -42,7 +42,18 @@ EVOFORMER = Evoformer()
 
 def _layers(x: Shape, n: int, hw: Hardware, cross_seq: int | None = None, name: str = "layer",
             attn_span: int | None = None) -> list[Unit]:
-    return [Unit(name, lambda d: transformer_block(x, 1, d, hw, cross_seq, attn_span)) for _ in range(n)]
+    # a layer's cost depends on its device group only through the group's size and ring bandwidth
+    # (allreduce_seconds): remembered per (size, bandwidth), the cost model of 4,096 devices'
+    # candidates asks once per distinct group shape instead of once per layer and candidate
+    memo: dict[tuple[int, float], BlockCost] = {}
+
+    def cost(d: tuple[int, ...]) -> BlockCost:
+        key = (len(d), hw.ring_bandwidth(d) if len(d) > 1 else 0.0)
+        c = memo.get(key)
+        if c is None:
+            c = memo[key] = transformer_block(x, 1, d, hw, cross_seq, attn_span)
+        return c
+    return [Unit(name, cost) for _ in range(n)]
 
 
 def _maybe_recompute(units: list[Unit], recompute: bool) -> tuple[Unit, ...]:

@@ -273,13 +273,11 @@ def with_auto_recompute(model: PlacedModel) -> PlacedModel:
 def _pipeline_positions(model: PlacedModel) -> dict[str, tuple[int, int]]:
     """Position of each part along its chain of distinct device groups, and the chain's depth;
     a sharded part (on every device) counts as the first position."""
-    groups: list[Group] = []
+    groups: dict[Group, int] = {}  # in first-seen order (a list's index() was quadratic in stages)
     where: dict[str, int] = {}
     for p in model.parts:
         if len(p.devices) == model.devices:
             where[p.name] = 0
             continue
-        if p.devices not in groups:
-            groups.append(p.devices)
-        where[p.name] = groups.index(p.devices)
+        where[p.name] = groups.setdefault(p.devices, len(groups))
     return {name: (k, max(len(groups), 1)) for name, k in where.items()}

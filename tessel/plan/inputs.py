@@ -34,6 +34,9 @@ def load_model(source: str, cluster: Cluster, options: Mapping[str, Number | boo
         unknown = [k for k in opts if k not in takes]
         if unknown:
             raise TesselError(f"model {source} takes {', '.join(takes)}; not {', '.join(unknown)}")
+        params = inspect.signature(build).parameters
+        for k, v in opts.items():
+            _check_option(source, k, str(params[k].annotation), v)
         return ModelInput(build(cluster.devices, cluster.hardware, **opts))
     if not Path(source).exists():
         raise TesselError(f"model {source!r} is neither a known model ({', '.join(SPECS)}) nor a file")
@@ -46,6 +49,30 @@ def load_model(source: str, cluster: Cluster, options: Mapping[str, Number | boo
     else:
         placement = placement_from_dict(doc, source)
     return from_placement(placement, cluster)
+
+
+# a model option is a size (hidden, heads, seq, ...) or a count of repeated layers; beyond these
+# the cost model's numbers leave the placement format's range, or building a billion layers takes
+# minutes before the first solve
+MAX_SIZE = 2**20
+MAX_REPEATS = 10_000
+REPEAT_OPTIONS = ("layers", "blocks", "fusion_layers", "recycles")
+
+
+def _check_option(model: str, key: str, annotation: str, value: Number | bool) -> None:
+    """A `--set` value the builder's parameter can take: a bool for a bool, an integer in range
+    for an int (never NaN, 1e300 or a fraction), checked before any model is built."""
+    where = f"--set {key} (model {model})"
+    if annotation == "bool":
+        if not isinstance(value, bool):
+            raise TesselError(f"{where}: expected true or false, got {value!r}")
+        return
+    if annotation.startswith("int"):
+        most = MAX_REPEATS if key in REPEAT_OPTIONS else MAX_SIZE
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
+            raise TesselError(f"{where}: expected an integer in 1..{most:,}, got {value!r}")
+        return
+    raise TesselError(f"{where}: this option cannot be set from the command line")
 
 
 def from_placement(p: Placement, cluster: Cluster) -> ModelInput:

@@ -10,25 +10,37 @@ found, baselines included, so it is never slower than a baseline it evaluated.
 """
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import time
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
 
 from ..baselines import BaselineError
+from ..baselines.engine import deadline
 from ..bounds import lower_bound, period_lower_bound
 from ..costmodel import ModelSpec
 from ..errors import TesselError
 from ..methods import run_method
 from ..schedule import Schedule
 from ..search.budget import Clock
-from .candidates import Candidate, Cluster, candidates
+from .candidates import Candidate, Cluster, candidates, tp_degrees
 
 log = logging.getLogger(__name__)
 Progress = Callable[[int, int, str], None]   # (done, total, what is running)
 FAST_SHARE = 0.6         # of the time limit, for mode fast; the rest for mode tessel
 MIN_SEARCH_SECONDS = 2.0  # a search given less than this is not started
+# the clock covers the work before the first search too: candidates are built until PREPARE_SHARE
+# of the limit has passed, baselines run until BASELINE_SHARE (a walk is stopped there), and a
+# candidate's baseline runs (its search starts) only if its tasks fit the time left at
+# BASELINE_TASKS_PER_SECOND (SEARCH_TASKS_PER_SECOND): the cluster's size bounds what a few
+# seconds can look at (524k tasks for one candidate at 4,096 devices)
+PREPARE_SHARE = 0.25
+BASELINE_SHARE = 0.5
+SEARCH_TASKS_PER_SECOND = 20_000
+BASELINE_TASKS_PER_SECOND = 50_000
+FALLBACK_TRIES = 3
 
 
 @dataclass(frozen=True)
@@ -80,11 +92,16 @@ def plan(spec: ModelSpec, cluster: Cluster, micro_batches: int = 64, time_limit:
     if time_limit <= 0:
         raise TesselError(f"time limit must be > 0 seconds, got {time_limit}")
     clock = clock or Clock(time_limit)
-    t0 = clock.t0
-    cands = _unique([*([given] if given else []), *candidates(spec, cluster, tp)])
+    t0, time_limit = clock.t0, clock.limit
+    # the widest tensor-parallel groups first: the fewest stages, the cheapest to build and evaluate
+    # when the clock cannot reach every candidate of a large cluster
+    degrees = sorted(tp or tp_degrees(cluster), reverse=True)
+    cands = _unique(_until(t0 + time_limit * PREPARE_SHARE,
+                           itertools.chain([given] if given else [], candidates(spec, cluster, degrees))))
     rows = [_memory_check(c, micro_batches) for c in cands]
     fits = [c for c, r in zip(cands, rows) if r is None]
     out: list[Row] = [r for r in rows if r is not None]
+    bound = {id(c): _bound(c, micro_batches) for c in fits}  # each once: seconds at 4,096 devices
     total = len([c for c in fits if c.baseline]) + min(fast_top, len(fits)) + tessel_top
     done = 0
 
@@ -94,34 +111,59 @@ def plan(spec: ModelSpec, cluster: Cluster, micro_batches: int = 64, time_limit:
         if progress:
             progress(min(done, total), total, what)
 
-    for c in fits:
+    base_end = t0 + time_limit * BASELINE_SHARE
+    for c in sorted(fits, key=lambda c: bound[id(c)]):  # the most promising first, while the clock lasts
         if c.baseline:
-            out.append(_baseline(c, micro_batches))
+            out.append(_baseline(c, micro_batches, base_end))
             tick(f"{c.baseline} on {c.name}")
+    if _best(out) is None:  # nothing in time: the cheapest candidates' baselines still give an answer
+        out += _fallback(fits, micro_batches, t0 + time_limit)
     best_base = _best(out)
-    searchable = sorted(fits, key=lambda c: _bound(c, micro_batches))
+    searchable = sorted(fits, key=lambda c: bound[id(c)])
     if best_base is not None and best_base.makespan is not None:
         ceiling = best_base.makespan
-        for c in [c for c in searchable if _bound(c, micro_batches) >= ceiling]:
-            out.append(Row(c, "-", "pruned", f"not searched: lower bound {_bound(c, micro_batches):.1f} ms "
+        for c in [c for c in searchable if bound[id(c)] >= ceiling]:
+            out.append(Row(c, "-", "pruned", f"not searched: lower bound {bound[id(c)]:.1f} ms "
                                              f">= best baseline {ceiling:.1f} ms"))
-        searchable = [c for c in searchable if _bound(c, micro_batches) < ceiling]
-    deadline = clock.deadline
+        searchable = [c for c in searchable if bound[id(c)] < ceiling]
+    deadline = t0 + time_limit
+    share = max(0.0, t0 + time_limit * FAST_SHARE - time.perf_counter()) / max(1, min(fast_top, len(searchable)))
+    most = SEARCH_TASKS_PER_SECOND * share
+    for c in [c for c in searchable if _tasks(c, micro_batches) > most]:
+        out.append(Row(c, "-", "pruned", f"not searched: {_tasks(c, micro_batches):,} tasks, more than the "
+                                         f"{most:,.0f} its {share:.1f} s share of the clock can look at"))
+    searchable = [c for c in searchable if _tasks(c, micro_batches) <= most]
     fast_rows = _search_all(searchable[:fast_top], "fast", micro_batches,
                             t0 + clock.limit * FAST_SHARE, tick)
     out += fast_rows
     top = [r.candidate for r in sorted((r for r in fast_rows if r.status == "ok"), key=_key)][:tessel_top]
     out += _search_all(top, "tessel", micro_batches, deadline, tick)
     for c in searchable[fast_top:]:
-        out.append(Row(c, "-", "pruned", f"not searched: lower bound {_bound(c, micro_batches):.1f} ms, "
+        out.append(Row(c, "-", "pruned", f"not searched: lower bound {bound[id(c)]:.1f} ms, "
                                          f"not among the {fast_top} lowest"))
     ranked = tuple(sorted(out, key=_rank))
     best = _best(out)
     if best is None:
+        if any("clock" in r.reason for r in out):
+            raise TesselError(f"no plan for {spec.name} on {cluster.devices} devices within --time-limit "
+                              f"{time_limit:g} s: {len(out)} candidates, none evaluated in time (give more time)")
         raise TesselError(f"no candidate placement of {spec.name} fits {cluster.devices} devices: "
                          + "; ".join(sorted({r.reason for r in out})[:3]))
     return Plan(spec.name, cluster.devices, micro_batches, ranked, best, best_base,
                 explain(best, best_base, ranked), time.perf_counter() - t0)
+
+
+def _until(stop: float, cands: Iterable[Candidate]) -> Iterator[Candidate]:
+    """Candidates as they are built, until the clock passes `stop` (at least one)."""
+    for k, c in enumerate(cands):
+        yield c
+        if time.perf_counter() > stop:
+            log.info("plan: stopped building candidates after %d: the clock's share for them is spent", k + 1)
+            return
+
+
+def _tasks(c: Candidate, n: int) -> int:
+    return math.ceil(n / c.replicas) * len(c.placement.blocks)
 
 
 def _unique(cands: Iterable[Candidate]) -> list[Candidate]:
@@ -156,11 +198,31 @@ def _bound(c: Candidate, n: int) -> float:
     return float(lower_bound(c.placement, math.ceil(n / c.replicas)))
 
 
-def _baseline(c: Candidate, n: int) -> Row:
+def _fallback(fits: Sequence[Candidate], n: int, hard: float) -> list[Row]:
+    """1F1B (gpipe for inference) on the candidates with the fewest tasks, those with recomputation
+    first (1F1B fits their memory by construction), until one gives a schedule or `hard` passes."""
+    rows: list[Row] = []
+    for k, c in enumerate(sorted(fits, key=lambda c: (_tasks(c, n), c.recompute != "auto"))[:FALLBACK_TRIES]):
+        if k and time.perf_counter() > hard:  # the first is tried whatever the clock: an answer, late
+            break
+        method = c.baseline or ("1f1b" if c.placement.is_training else "gpipe")
+        rows.append(_baseline(replace(c, baseline=method), n, None, hard))
+        if rows[-1].status == "ok":
+            break
+    return rows
+
+
+def _baseline(c: Candidate, n: int, stop: float | None = None, hard: float | None = None) -> Row:
+    """Its baseline's row; with `stop`, not started unless its tasks fit the time left; the walk
+    is stopped at `hard` (default `stop`)."""
     assert c.baseline is not None
     t0 = time.perf_counter()
+    if stop is not None and _tasks(c, n) > BASELINE_TASKS_PER_SECOND * (stop - t0):
+        return Row(c, c.baseline, "failed", f"not run: {_tasks(c, n):,} tasks, more than the clock's share for "
+                                            f"baselines ({max(0.0, stop - t0):.1f} s left) allows")
     try:
-        s = run_method(c.baseline, c.placement, math.ceil(n / c.replicas), c.budget)
+        with deadline(hard if hard is not None else stop):
+            s = run_method(c.baseline, c.placement, math.ceil(n / c.replicas), c.budget)
     except BaselineError as e:
         return Row(c, c.baseline, "failed", str(e), seconds=time.perf_counter() - t0)
     return Row(c, c.baseline, "ok", "", float(s.makespan), time.perf_counter() - t0, s)

@@ -98,7 +98,7 @@ def search(placement: Placement, micro_batches: int, memory: Number | Sequence[N
     t0 = time.perf_counter() if started is None else started
     _check_args(micro_batches, mode, time_limit, workers, objective)
     budget = budget or Budget()
-    problem = make_problem(placement, memory)
+    problem = make_problem(placement, memory, micro_batches)  # checks the horizon too
     outer = clock or Clock(time_limit if time_limit is not None else DEFAULT_LIMIT[mode], t0)
     limit = outer.limit
     if mode == "fast":

@@ -17,16 +17,21 @@ from functools import cached_property
 from typing import Any
 
 from .. import bounds, graph
-from ..errors import TesselError
+from ..errors import LimitError, TesselError
 from ..key import Key
 from ..numeric import fmt, snap
-from ..placement import Number, Placement
+from ..placement import MAX_VALUE, Number, Placement
 from ..schedule import EPS, Repetend, Schedule, normalise_limit
 
 # an exact grid keeps the busiest device's load under MAX_LOAD_UNITS units; an approximate one
 # (durations rounded up) uses about APPROX_LOAD_UNITS, i.e. 0.01% of the load per block
 MAX_LOAD_UNITS = 100_000
 APPROX_LOAD_UNITS = 10_000
+# every duration and the latency stays under MAX_SPAN_UNITS grid units: 2,000,000 tasks' grid
+# times then stay under 2**53 (exact in floating point, far inside CP-SAT's int64 domains). A
+# latency 1e10 over durations of 1e-6 (both in range) asked for 10**20 units and overflowed; such
+# a grid is coarsened to the power-of-two step that fits, durations rounded up to it (still valid)
+MAX_SPAN_UNITS = 2**31
 
 
 class MemoryLimitError(TesselError):
@@ -182,7 +187,12 @@ class Problem:
         return Schedule.build(self.units, micro_batches, starts, self.limit, check=check)
 
 
-def make_problem(placement: Placement, memory: Number | Sequence[Number] | None = None) -> Problem:
+def make_problem(placement: Placement, memory: Number | Sequence[Number] | None = None,
+                 micro_batches: int | None = None) -> Problem:
+    """The grid problem; with `micro_batches`, refused up front (LimitError) when even the lower
+    bound of the makespan runs past the largest time a schedule may hold."""
+    if micro_batches is not None:
+        check_horizon(placement, micro_batches)
     resolution, exact = _time_resolution(placement)
     limit_real = normalise_limit(memory, placement.devices)
     mem_values = [b.memory for b in placement.blocks] + list(limit_real or ())
@@ -195,6 +205,14 @@ def make_problem(placement: Placement, memory: Number | Sequence[Number] | None 
     problem = Problem(placement, units, limit, resolution, exact, scale)
     check_memory(problem)
     return problem
+
+
+def check_horizon(placement: Placement, micro_batches: int) -> None:
+    lb = bounds.lower_bound(placement, micro_batches)
+    if not lb <= MAX_VALUE:
+        raise LimitError(f"{micro_batches:,} micro-batches of {placement.name} take at least {fmt(lb)} (a lower bound "
+                         f"of the makespan), past the {MAX_VALUE:g} a schedule's times may reach: use fewer "
+                         "micro-batches, or shorter durations and latency")
 
 
 def _to_units(x: Number, resolution: Number) -> int:
@@ -210,6 +228,16 @@ def _time_resolution(p: Placement) -> tuple[Number, bool]:
     the allocation first. Durations that are not multiples of the step are rounded up, so a
     real release ends strictly before the grid time of anything that waits for it."""
     values = [b.duration for b in p.blocks] + ([p.latency] if p.latency else [])
+    res, exact = _fine_resolution(p, values)
+    longest = max(values)
+    if longest / res <= MAX_SPAN_UNITS:
+        return res, exact
+    coarse = 2.0 ** math.ceil(math.log2(longest / MAX_SPAN_UNITS))
+    step = int(coarse) if coarse >= 1 else coarse
+    return step, all(float(v / step).is_integer() for v in values)
+
+
+def _fine_resolution(p: Placement, values: Sequence[Number]) -> tuple[Number, bool]:
     load = max(p.loads)
     if all(float(v).is_integer() for v in values):
         step = math.gcd(*(int(v) for v in values))

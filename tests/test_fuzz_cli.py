@@ -1,0 +1,121 @@
+"""Fuzzed command lines and environments: every option given hostile values (NaN, infinities,
+1e300, huge integers, lone surrogates, text where a number goes) and the runtime's environment
+variables given hostile text; each attempt ends with exit 0 or one line and exit 2, never a
+traceback (exit 1) or a hang. Cheap by construction: every command that could run long is
+either refused up front or bounded (few micro-batches, --programs, a short time limit)."""
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tessel.cli import environ
+from tessel.cli.environ import MAX_WORLD, TorchrunEnv, check_torchrun_env, wants_torchrun
+from tessel.errors import UsageError
+
+HOSTILE = ["nan", "-nan", "inf", "-inf", "0", "-1", "1e300", "-1e300", "1e-300", "abc", "", " ", "1,2",
+           "9" * 45, "0x10", "1_000", "\udcff", "\ud800", "1e9", "2200000", "4097", "10**30", "1e12"]
+GOOD = {"-n": ["1", "2", "4"], "--devices": ["1", "2", "4"], "--time-limit": ["1", "0.5"], "--memory": ["4", "2,2"],
+        "--latency": ["0", "0.5", "1e10"], "--forward": ["1", "1e-6"], "--backward": ["3", "2.5"],
+        "--timeout": ["30", "1000000"], "--micro-batch-size": ["1", "65536"], "--seed": ["0", "4294967295"],
+        "--steps": ["1"], "--lr": ["0.1", "0"], "--data-parallel": ["1"], "--workers": ["1", "2"]}
+COMMANDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    # base command line, the options fuzzed on it
+    "show": (("show", "vshape"), ("--devices", "--forward", "--backward", "--latency")),
+    "search": (("search", "vshape", "--time-limit", "1"),
+               ("-n", "--devices", "--memory", "--latency", "--forward", "--time-limit", "--workers")),
+    "baseline": (("baseline", "1f1b", "vshape"), ("-n", "--devices", "--memory", "--latency", "--backward")),
+    "run": (("run", "--model", "mlp", "--schedule", "1f1b", "--programs"),
+            ("-n", "--devices", "--timeout", "--micro-batch-size", "--seed", "--steps", "--lr", "--data-parallel")),
+    "plan": (("plan", "gpt", "--devices", "4", "--time-limit", "1"), ("--memory", "--set", "-n")),
+}
+ENV_NAMES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+ENV_TEXT = st.sampled_from(["0", "1", "2", "-1", "abc", "", " 1", "99999", "65535", "1e3", "\u0661", "\udcff",
+                            "127.0.0.1", "a b", "x" * 300, str(MAX_WORLD + 1), "18446744073709551617"])
+
+
+@st.composite
+def command_line(draw: st.DrawFn) -> list[str]:
+    name = draw(st.sampled_from(sorted(COMMANDS)))
+    base, options = COMMANDS[name]
+    argv = list(base)
+    if name in ("search", "baseline") and draw(st.booleans()):
+        argv += ["-n", "2"]
+    for opt in draw(st.lists(st.sampled_from(options), min_size=1, max_size=3, unique=True)):
+        if opt == "--set":
+            key = draw(st.sampled_from(["hidden", "layers", "lm_head", "recompute", "heads", "nope"]))
+            argv += ["--set", f"{key}={draw(st.sampled_from(HOSTILE + ['true', '2', '1000000000']))}"]
+        else:
+            value = draw(st.sampled_from(HOSTILE + GOOD.get(opt, [])))
+            if opt == "--time-limit" and value in ("4097", "1e9", "2200000", "1e12"):
+                value = "1" if value == "4097" else value  # a valid long limit would only make the test slow
+            argv += [opt, value]
+    if name in ("search", "baseline") and "-n" not in argv:
+        argv += ["-n", "2"]
+    return argv
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(argv=command_line())
+def test_fuzzed_options_never_traceback(argv: list[str], tessel: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ENV_NAMES:
+        monkeypatch.delenv(name, raising=False)
+    rc, out, err = tessel(*argv)
+    assert rc in (0, 2), (argv, rc, err[-2000:])
+    if rc == 2:
+        assert err.count("\n") == 1 and err.startswith("tessel: error: "), (argv, err)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(env=st.dictionaries(st.sampled_from(ENV_NAMES), ENV_TEXT, max_size=5))
+def test_fuzzed_environment_never_traceback(env: dict[str, str], tessel: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI under a hostile torchrun environment: refused in one line naming a variable (the
+    store probe shortened: nothing listens on port 1)."""
+    monkeypatch.setattr(environ, "PROBE_SECONDS", 0.05)
+    if "RANK" not in env and "WORLD_SIZE" not in env:
+        env = {**env, "RANK": "0"}  # always a torchrun rank: never a local launch here
+    for name in ENV_NAMES:
+        monkeypatch.delenv(name, raising=False)
+    for k, v in env.items():
+        if k == "MASTER_PORT" and v.strip().isdigit() and 1 < int(v) <= 65535:
+            v = "1"  # never a port something may listen on
+        monkeypatch.setenv(k, v.encode("utf-8", "surrogateescape").decode("utf-8", "replace"))
+    rc, out, err = tessel("run", "--model", "mlp", "--schedule", "1f1b", "-n", "2", "--steps", "1")
+    assert rc == 2, (env, rc, err[-2000:])
+    assert err.count("\n") == 1 and err.startswith("tessel: error: environment: "), (env, err)
+    assert any(name in err for name in ENV_NAMES), err
+
+
+@settings(max_examples=200, deadline=None)
+@given(env=st.dictionaries(st.sampled_from(ENV_NAMES), ENV_TEXT | st.text(max_size=8), max_size=5),
+       replicas=st.integers(1, 4))
+def test_environment_check_accepts_only_what_torch_can_use(env: dict[str, str], replicas: int) -> None:
+    try:
+        wanted = wants_torchrun(env)
+        got = check_torchrun_env(env, replicas, probe=0) if wanted else None
+    except UsageError as e:
+        assert str(e).startswith("environment: ") and any(name in str(e) for name in ENV_NAMES)
+        assert "\n" not in str(e)
+        return
+    if got is None:
+        assert "RANK" not in env and "WORLD_SIZE" not in env
+        return
+    assert isinstance(got, TorchrunEnv)
+    assert 0 <= got.rank < got.world <= MAX_WORLD and got.world % replicas == 0
+    assert 1 <= got.port <= 65535 and got.host == env["MASTER_ADDR"] and got.host.isascii()
+    assert got.local_rank is None or 0 <= got.local_rank < got.world
+    assert int(env["RANK"]) == got.rank and int(env["WORLD_SIZE"]) == got.world
+
+
+def test_a_store_that_listens_is_accepted_and_one_that_does_not_is_refused() -> None:
+    import socket
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        env = {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+        assert check_torchrun_env(env, probe=2.0) == TorchrunEnv(1, 2, None, "127.0.0.1", port)
+    with pytest.raises(UsageError, match="nothing listens at MASTER_ADDR:MASTER_PORT"):
+        check_torchrun_env(env, probe=0.3)
