@@ -35,6 +35,7 @@ import torch
 import torch.utils._pytree as pytree
 from torch import Tensor, nn
 
+from .errors import UsageError
 from .placement import Placement, PlacementError, make_placement
 
 log = logging.getLogger(__name__)
@@ -183,9 +184,9 @@ def profile(placement: Placement, modules: Mapping[str, nn.Module],
     placement's latency stays.
     """
     if repeats < 1 or warmup < 0:
-        raise ValueError(f"repeats must be >= 1 and warmup >= 0, got {repeats} and {warmup}")
+        raise UsageError(f"repeats must be >= 1 and warmup >= 0, got {repeats} and {warmup}")
     if bandwidth is not None and not bandwidth > 0:
-        raise ValueError(f"bandwidth must be > 0 bytes/s, got {bandwidth}")
+        raise UsageError(f"bandwidth must be > 0 bytes/s, got {bandwidth}")
     dev = torch.device(device)
     forwards = [b for b in placement.topo_order if placement.by_id[b].kind in ("forward", "other")]
     missing = [b for b in forwards if b not in modules]

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import pytest
+
+pytest.importorskip("torch")
 import torch
 from torch import nn
 
@@ -10,6 +12,8 @@ from tessel.builder import Stage, build_stages
 from tessel.placement import PlacementError
 from tessel.profiler import MIB, _Run, profile, saved_bytes
 from tessel.timing import schedule_from_orders
+
+pytestmark = pytest.mark.torch
 
 B, H, F = 32, 64, 256
 

@@ -9,11 +9,15 @@ from pathlib import Path
 
 import pytest
 
+pytest.importorskip("torch")
+
 from tessel import library
 from tessel.cli import main
 from tessel.cli.runtime import _verdict
 from tessel.methods import run_method
 from tessel.runtime.train import RankReport, StepReport
+
+pytestmark = pytest.mark.torch
 
 
 def test_run_with_check(capsys: pytest.CaptureFixture[str]) -> None:

@@ -9,6 +9,8 @@ import sys
 from typing import Any
 
 import pytest
+
+pytest.importorskip("torch")
 import torch
 import torch.distributed as dist
 
@@ -24,6 +26,8 @@ from tessel.runtime.program import lower
 from tessel.runtime.tp import shard_of
 from tessel.runtime.train import TrainJob, run_jobs
 from tessel.schedule import schedule_from_dict
+
+pytestmark = pytest.mark.torch
 
 TOL = 1e-5
 N = 4

@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+pytest.importorskip("torch")
 import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import PrefixStore, TCPStore
@@ -17,6 +19,8 @@ from torch._C._distributed_c10d import PrefixStore, TCPStore
 from tessel.runtime import comm, wire
 from tessel.runtime.launch import Options, launch, serve_store
 from tessel.runtime.train import RankReport, StepReport
+
+pytestmark = pytest.mark.torch
 
 LOOPBACK = {"0100007F", "00000000000000000000000001000000", "0000000000000000FFFF00000100007F"}
 

@@ -10,6 +10,10 @@ from pathlib import Path
 
 import pytest
 
+pytest.importorskip("torch")
+
+pytestmark = pytest.mark.torch
+
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
 LONG_RUN = [sys.executable, "-m", "tessel", "run", "--model", "mlp", "--schedule", "gpipe", "-n", "4",

@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
 import os
 import signal
 import statistics
@@ -14,7 +12,7 @@ from types import FrameType
 from typing import Any
 
 from ..placement import Placement
-from ..schedule import Schedule, schedule_from_dict
+from ..schedule import Schedule
 from .common import (
     UsageError,
     add_memory_arg,
@@ -138,10 +136,10 @@ def _job(args: argparse.Namespace, schedule: Schedule) -> Any:
 
 
 def _schedule(args: argparse.Namespace) -> Schedule:
-    from ..methods import run_method
+    from ..methods import METHODS, run_method
     from ..runtime.models import MODELS
     ref = args.schedule
-    if _is_file(ref):
+    if is_file_ref(ref, METHODS):
         if args.placement:
             raise UsageError("--schedule FILE holds its placement: do not give --placement too")
         s = Schedule.load(ref, check=True)
@@ -154,7 +152,8 @@ def _schedule(args: argparse.Namespace) -> Schedule:
     placement: Placement = resolve_placement(args)
     args.devices = given
     _same_devices(args, placement, f"placement {placement.name}")
-    if not is_file_ref(args.placement):  # a built-in's sharded blocks declare what the model's keep
+    from ..library import PLACEMENTS
+    if not is_file_ref(args.placement, PLACEMENTS):  # a built-in's sharded blocks declare what the model's keep
         from ..runtime.models import declare_kept, example
         placement = declare_kept(example(args.model, placement))
     return run_method(ref, placement, args.micro_batches or 8, args.memory)
@@ -163,11 +162,6 @@ def _schedule(args: argparse.Namespace) -> Schedule:
 def _same_devices(args: argparse.Namespace, placement: Placement, what: str) -> None:
     if args.devices is not None and args.devices != placement.devices:
         raise UsageError(f"{what} has {placement.devices} devices, not --devices {args.devices}")
-
-
-def _is_file(ref: str) -> bool:
-    from ..methods import METHODS
-    return ref not in METHODS and (os.path.isfile(ref) or ref.endswith(".json"))
 
 
 # ---- torchrun ------------------------------------------------------------------------------------
@@ -195,31 +189,14 @@ def _as_torchrun_rank(args: argparse.Namespace) -> int:
 
 
 def _agreed_schedule(ctx: Any, args: argparse.Namespace) -> Schedule:
-    from ..runtime import comm
-    if _is_file(args.schedule):
-        doc = _canonical(_schedule(args))
-    else:
-        outcome = None
-        if ctx.global_rank == 0:
-            try:
-                s = _schedule(args)
-                _bind(args, s)
-                outcome = json.dumps({"schedule": json.loads(_canonical(s))})
-            except (UsageError, ValueError) as e:
-                outcome = json.dumps({"error": str(e)})
-        shared = json.loads(comm.share(ctx, outcome.encode() if outcome is not None else None))
-        if "error" in shared:
-            raise UsageError(shared["error"])
-        doc = json.dumps(shared["schedule"], sort_keys=True)
-    digest = hashlib.sha256(doc.encode()).digest()
-    if not comm.same_everywhere(ctx, digest):
-        raise UsageError(f"rank {ctx.global_rank}: the ranks hold different schedules (sha256 of this rank's: "
-                         f"{digest.hex()[:16]}); give every node the same schedule file")
-    return schedule_from_dict(json.loads(doc), "the shared schedule", check=True)
+    from ..methods import METHODS
+    from ..runtime.share import JobLink, agreed_schedule
 
-
-def _canonical(s: Schedule) -> str:
-    return json.dumps(s.to_dict(), sort_keys=True)
+    def make() -> Schedule:
+        s = _schedule(args)
+        _bind(args, s)
+        return s
+    return agreed_schedule(make, JobLink(ctx), every_rank=is_file_ref(args.schedule, METHODS))
 
 
 def _gather(ctx: Any, report: Any) -> list[Any]:

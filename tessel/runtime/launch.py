@@ -32,15 +32,12 @@ from typing import Any
 import torch
 from torch._C._distributed_c10d import PrefixStore, TCPStore
 
+from ..errors import LaunchError as LaunchError
 from . import comm, forkserver, wire
 
 log = logging.getLogger(__name__)
 
 GRACE_SECONDS = 5.0
-
-
-class LaunchError(RuntimeError):
-    """The job failed; the message leads with the first failure, then what every rank reported."""
 
 
 @dataclass(frozen=True)
@@ -61,11 +58,13 @@ def launch(fn: Callable[..., Any], nprocs: int, args: Sequence[Any] = (), option
     registered dataclasses).
     """
     if nprocs < 1:
-        raise ValueError(f"cannot launch {nprocs} processes")
+        raise LaunchError(f"cannot launch {nprocs} processes: give at least 1")
     if options.replicas < 1 or nprocs % options.replicas:
-        raise ValueError(f"{nprocs} processes do not split into {options.replicas} data-parallel replicas")
+        raise LaunchError(f"{nprocs} processes do not split into {options.replicas} data-parallel replicas: give a "
+                          f"multiple of {options.replicas} processes")
     if not options.timeout > 0 or not options.pg_timeout > 0:
-        raise ValueError(f"timeouts must be > 0 s, got {options.timeout:g} and {options.pg_timeout:g}")
+        raise LaunchError(f"timeouts must be > 0 s, got {options.timeout:g} and {options.pg_timeout:g}: give "
+                          "positive seconds")
     server, port = serve_store(options.host, options.pg_timeout)
     job = comm.Job(options.host, port, f"tessel/{secrets.token_hex(16)}", secrets.token_hex(32),
                    options.replicas)
@@ -135,11 +134,13 @@ def _collect(procs: list[Any], store: comm.Context) -> list[Any]:
         results = [store.read(f"result/{r}") for r in range(len(procs))]
         missing = [r for r, x in enumerate(results) if x is None]
         if missing:
-            raise LaunchError(f"ranks {missing} finished without a signed result")
+            raise LaunchError(f"ranks {missing} finished without a signed result (another process wrote to the job's "
+                              "store? run again)")
         try:
             return [wire.decode(x) for x in results if x is not None]
         except wire.WireError as e:
-            raise LaunchError(f"a rank's result cannot be read: {e}") from None
+            raise LaunchError(f"a rank's result cannot be read: {e}; return JSON values, tuples or dataclasses "
+                              "registered with tessel.runtime.wire.register") from None
     notes = []
     for r, p in enumerate(procs):
         note = store.read(f"error/{r}") or store.read(f"stopped/{r}")

@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..errors import UsageError
 from ..placement import Placement, PlacementError, make_placement
 from .dataflow import Dataflow, dataflow
 from .memory import GraphMemory, unit_bytes
@@ -312,7 +313,7 @@ class Example:
 
 def example(kind: str, placement: Placement, config: Config | None = None, seed: int = 0) -> Example:
     if kind not in MODELS:
-        raise ValueError(f"unknown model {kind!r}; known: {', '.join(MODELS)}")
+        raise UsageError(f"unknown model {kind!r}; known: {', '.join(MODELS)}")
     ex = Example(kind, placement, config or Config(), seed)
     _ = ex.specs  # bind now: a placement the model cannot use fails here, naming the reason
     return ex

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from ..errors import LaunchError
 from ..schedule import Schedule, schedule_from_dict
 from . import wire
 from .comm import Context, make_groups
@@ -122,7 +123,8 @@ class _Recording(Executor):
 
 def run_job(ctx: Context, job: TrainJob) -> RankReport:
     if job.replicas != ctx.replicas:
-        raise ValueError(f"the job has {job.replicas} replicas, the processes {ctx.replicas}")
+        raise LaunchError(f"the job has {job.replicas} replicas, the processes {ctx.replicas}: start "
+                          "devices x replicas processes")
     schedule = schedule_from_dict(job.schedule, "job schedule", check=True)
     ex = example(job.model, schedule.placement, job.config, job.seed)
     make_groups(ctx, [b.devices for b in schedule.placement.blocks])
