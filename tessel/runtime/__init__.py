@@ -10,7 +10,8 @@ torch.distributed.pipelining's action CSV).
 The library API: `pipeline.Pipeline` (your modules, a schedule, a loss; `step(batch) -> loss`),
 `split` (cut a model into blocks; chain placements), `checkpoint` (torch.distributed.checkpoint of
 a pipeline's sharded model and optimizer), `hf` (a Hugging Face GPT-2 on the M shape); beneath
-them `pack` (pytree outputs as one tensor) and `share` (one schedule broadcast to every rank).
+them `pack` (pytree outputs as one tensor) and `share` (the same schedule on every rank);
+`profiler` (measure a model's blocks into a placement in ms and MiB).
 Tutorial: docs/runtime.md.
 """
 from .dataflow import Dataflow, dataflow

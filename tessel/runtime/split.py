@@ -9,7 +9,7 @@ Three ways in, each giving `{block id: module}` in forward order (ids `s0`, `s1`
 - `split_pipe`: the stages of a `pipeline()` result the caller made (any of its split specs).
 
 `chain_placement` puts block i on device i mod D (interleaved when there are more blocks than
-devices), with unit costs or with the ms/MiB a profile measured (see profiler.profile_modules).
+devices), with unit costs or with the ms/MiB a profile measured (see runtime.profiler.profile_modules).
 """
 from __future__ import annotations
 

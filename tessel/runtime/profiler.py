@@ -35,8 +35,8 @@ import torch
 import torch.utils._pytree as pytree
 from torch import Tensor, nn
 
-from .errors import UsageError
-from .placement import Placement, PlacementError, make_placement
+from ..errors import UsageError
+from ..placement import Placement, PlacementError, make_placement
 
 log = logging.getLogger(__name__)
 MIB = 1024 ** 2
@@ -307,7 +307,7 @@ def profile_modules(modules: Mapping[str, nn.Module] | Sequence[nn.Module], inpu
     block B and a weight-gradient block W. `options` go to `profile` (device, warmup, repeats,
     bandwidth, alpha).
     """
-    from .builder import Stage, build_stages
+    from ..builder import Stage, build_stages
     named = dict(modules) if isinstance(modules, Mapping) else {f"s{i}": m for i, m in enumerate(modules)}
     if not named:
         raise PlacementError("no blocks to profile")
