@@ -37,7 +37,7 @@ from tessel.methods import run_method
 from tessel.runtime.comm import make_groups
 from tessel.runtime.executor import Executor
 from tessel.runtime.launch import Options, launch
-from tessel.runtime.models import Config, example
+from tessel.runtime.networks import Config, example
 from tessel.runtime.profiler import profile
 from tessel.runtime.program import lower
 from tessel.schedule import Schedule, schedule_from_dict

@@ -76,7 +76,7 @@ def test_bad_input_is_one_line_and_exit_2(argv: list[str], message: str, capsys:
 
 def test_model_names_without_torch_match_the_models() -> None:
     from tessel.cli.runtime import MODEL_NAMES
-    from tessel.runtime.models import MODELS
+    from tessel.runtime.networks import MODELS
     assert MODEL_NAMES == tuple(MODELS)
 
 

@@ -20,7 +20,7 @@ from tessel.runtime import tp
 from tessel.runtime.executor import Executor
 from tessel.runtime.launch import Options, launch
 from tessel.runtime.memory import unit_bytes
-from tessel.runtime.models import declare_kept, example
+from tessel.runtime.networks import declare_kept, example
 from tessel.runtime.pipelining import stage_module, torch_runtime, write_actions_csv
 from tessel.runtime.program import lower
 from tessel.runtime.tp import shard_of

@@ -15,7 +15,7 @@ from tessel.methods import run_method
 from tessel.runtime.comm import make_groups
 from tessel.runtime.executor import Executor
 from tessel.runtime.launch import GRACE_SECONDS, LaunchError, Options, launch
-from tessel.runtime.models import example
+from tessel.runtime.networks import example
 from tessel.runtime.program import lower
 from tessel.schedule import schedule_from_dict
 

@@ -25,7 +25,7 @@ from .common import (
 )
 
 TOLERANCE = 1e-4  # relative error per tensor: |x - ref|max / |ref|max
-MODEL_NAMES = ("gpt", "kshape", "mlp")  # tessel.runtime.models.MODELS, without importing torch here
+MODEL_NAMES = ("gpt", "kshape", "mlp")  # tessel.runtime.networks.MODELS, without importing torch here
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -35,7 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                                    "CUDA). Under torchrun, each process runs its rank instead of launching; "
                                    "rank 0 searches the schedule and sends it to the others.")
     p.add_argument("--model", required=True, choices=MODEL_NAMES,
-                   help="example model (tessel.runtime.models): gpt decoder, kshape two-branch encoder, "
+                   help="example model (tessel.runtime.networks): gpt decoder, kshape two-branch encoder, "
                         "mlp blocks on any placement")
     p.add_argument("--placement", metavar="NAME|FILE",
                    help="placement (default: the model's own: gpt->mllm, kshape->kshape, mlp->vshape)")
@@ -125,7 +125,7 @@ def _terminate_raises() -> Iterator[None]:
 
 def _bind(args: argparse.Namespace, schedule: Schedule) -> None:
     """A placement the model cannot use fails here, before launching."""
-    from ..runtime.models import example
+    from ..runtime.networks import example
     example(args.model, schedule.placement)
 
 
@@ -137,7 +137,7 @@ def _job(args: argparse.Namespace, schedule: Schedule) -> Any:
 
 def _schedule(args: argparse.Namespace) -> Schedule:
     from ..methods import METHODS, run_method
-    from ..runtime.models import MODELS
+    from ..runtime.networks import MODELS
     ref = args.schedule
     if is_file_ref(ref, METHODS):
         if args.placement:
@@ -154,7 +154,7 @@ def _schedule(args: argparse.Namespace) -> Schedule:
     _same_devices(args, placement, f"placement {placement.name}")
     from ..library import PLACEMENTS
     if not is_file_ref(args.placement, PLACEMENTS):  # a built-in's sharded blocks declare what the model's keep
-        from ..runtime.models import declare_kept, example
+        from ..runtime.networks import declare_kept, example
         placement = declare_kept(example(args.model, placement))
     return run_method(ref, placement, args.micro_batches or 8, args.memory)
 

@@ -58,7 +58,7 @@ def _profile(args: argparse.Namespace) -> int:
     import torch
 
     from .. import library
-    from ..runtime.models import MODELS, Config, example
+    from ..runtime.networks import MODELS, Config, example
     from ..runtime.profiler import profile
     if not re.fullmatch(r"cpu|cuda(:\d+)?", args.device):
         raise UsageError(f"--device must be cpu, cuda or cuda:N, got {args.device[:40]!r}")

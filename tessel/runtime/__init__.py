@@ -3,7 +3,7 @@
 Torch-free, imported here: `dataflow` (which tensor moves where) and `program` (lowering a
 schedule into per-rank programs, and the check that they cannot deadlock). With torch, import
 from their modules: `comm` (process set-up, abort on failure), `executor` (runs one rank's
-program), `launch` (local launcher), `tp` (tensor-parallel layers), `models` (example models bound
+program), `launch` (local launcher), `tp` (tensor-parallel layers), `networks` (example networks bound
 to placements), `train` (training jobs, checked against one process) and `pipelining` (export to
 torch.distributed.pipelining's action CSV).
 

@@ -17,7 +17,7 @@ log = logging.getLogger(__name__)
 
 # the workers' imports; none of them, nor a training step, imports sympy (torch.fx's symbolic
 # shapes, see executor.autograd_backward), torch._dynamo (torch.optim) or transformers: a test checks
-PRELOAD = ["tessel.runtime.launch", "tessel.runtime.executor", "tessel.runtime.train", "tessel.runtime.models"]
+PRELOAD = ["tessel.runtime.launch", "tessel.runtime.executor", "tessel.runtime.train", "tessel.runtime.networks"]
 
 
 def context() -> mp.context.ForkServerContext:

@@ -29,7 +29,7 @@ from .comm import Context, make_groups
 from .executor import Executor, StepResult
 from .launch import Options, launch
 from .memory import GraphMemory
-from .models import Config, Example, example, reference_losses
+from .networks import Config, Example, example, reference_losses
 from .program import Instruction, lower
 from .tp import shard_of
 

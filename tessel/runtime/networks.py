@@ -1,4 +1,6 @@
-"""Example models whose blocks are bound to a placement's forward blocks; small enough for CPU tests.
+"""Example networks (the `--model` of `tessel run`) whose blocks are bound to a placement's forward
+blocks; small enough for CPU tests. ("Model" elsewhere: the CP-SAT model in search/solver.py, the
+cost model in costmodel/.)
 
 - `gpt`: GPT-style decoder on a chain placement. The first forward block embeds the tokens, the
   last one holds the LM head and the loss, the others are transformer layers. A block on several
