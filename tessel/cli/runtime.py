@@ -3,12 +3,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import statistics
 import sys
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from types import FrameType
+from collections.abc import Sequence
 from typing import Any
 
 from ..placement import Placement
@@ -64,18 +61,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def _run(args: argparse.Namespace) -> int:
-    try:
-        with _terminate_raises():
-            return _run_or_launch(args)
-    except _Terminated:
-        print("tessel: interrupted", file=sys.stderr)
-        return 143
-    except KeyboardInterrupt:
-        print("tessel: interrupted", file=sys.stderr)
-        return 130
-
-
-def _run_or_launch(args: argparse.Namespace) -> int:
+    # SIGINT and SIGTERM raise cli.interrupt.Interrupted (a KeyboardInterrupt) here, as in every
+    # command: the launcher's clean-up (killing its ranks) runs on the way out, main() says so
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ and not args.programs:
         return _as_torchrun_rank(args)
     if not args.programs:
@@ -102,25 +89,6 @@ def _run_or_launch(args: argparse.Namespace) -> int:
         print(f"tessel: run failed: {e}", file=sys.stderr)
         return 1
     return _report(reports, args.check, schedule)
-
-
-class _Terminated(Exception):
-    """SIGTERM, turned into an exception so that the launcher's clean-up (killing its ranks) runs."""
-
-
-@contextmanager
-def _terminate_raises() -> Iterator[None]:
-    def handler(signum: int, frame: FrameType | None) -> None:
-        raise _Terminated()
-    try:
-        old = signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread: leave signals alone
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
 
 
 def _bind(args: argparse.Namespace, schedule: Schedule) -> None:
