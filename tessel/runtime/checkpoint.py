@@ -75,7 +75,8 @@ def load(path: str | Path, pipe: Pipeline, optimizer: torch.optim.Optimizer | No
     """Read the checkpoint at `path` into the pipeline's parameters (and optimizer); its extras."""
     p = Path(path)
     if not (p / ".metadata").is_file():
-        raise CheckpointError(f"no checkpoint at {p} (no .metadata file: missing or not finished)")
+        raise CheckpointError(f"no checkpoint at {p} (no .metadata file: missing or not finished); give the "
+                              "directory checkpoint.save wrote")
     meta = FileSystemReader(str(p)).read_metadata().state_dict_metadata
     params = _params(pipe)
     for k in params:

@@ -98,7 +98,7 @@ class Pipeline:
         self.flow = dataflow(self.placement)
         if self.placement.devices != self.size:
             raise PipelineError(f"placement {self.placement.name} has {self.placement.devices} devices but the "
-                                f"process group has {self.size} ranks")
+                                f"process group has {self.size} ranks: run one process per device, or give group= of that size")
         self.loss_fn, self.loss_feeds = loss_fn, tuple(loss_feeds) if loss_fn is not None else ()
         self.user_feeds = {b: tuple(f) for b, f in (feeds or {}).items()}
         for b in self.user_feeds:
@@ -141,7 +141,7 @@ class Pipeline:
         else:
             m = blocks(b, self.groups.get(tuple(sorted(self.flow.devices(b)))))
         if not isinstance(m, nn.Module):
-            raise PipelineError(f"block {b!r}: expected an nn.Module, got {type(m).__name__}")
+            raise PipelineError(f"block {b!r}: expected an nn.Module, got {type(m).__name__}: give a module")
         return m.to(self.ctx.device)
 
     def _wrapped(self, b: str, recompute: bool | Collection[str]) -> nn.Module:
