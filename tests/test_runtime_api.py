@@ -27,7 +27,7 @@ from tessel.runtime.pipeline import Pipeline, PipelineError, WithLoss
 from tessel.runtime.share import schedule_digest
 from tessel.runtime.split import SplitError, chain_placement, split_at, split_sequential
 
-pytestmark = pytest.mark.torch
+pytestmark = [pytest.mark.torch, pytest.mark.slow]  # every test starts processes
 
 ROOT = Path(__file__).resolve().parents[1]
 RTOL, ATOL = 1e-5, 1e-7  # float32 sums in another order

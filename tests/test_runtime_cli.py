@@ -20,6 +20,7 @@ from tessel.runtime.train import RankReport, StepReport
 pytestmark = pytest.mark.torch
 
 
+@pytest.mark.slow
 def test_run_with_check(capsys: pytest.CaptureFixture[str]) -> None:
     rc = main(["run", "--model", "kshape", "--schedule", "tessel", "--micro-batches", "4", "--steps", "2",
                "--check"])
@@ -34,6 +35,7 @@ def test_run_with_check(capsys: pytest.CaptureFixture[str]) -> None:
     assert out.rstrip().endswith("every rank ran the schedule's order")
 
 
+@pytest.mark.slow
 def test_run_a_schedule_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "s.json"
     run_method("gpipe", library.build("vshape", 4), 4).save(path)
@@ -94,6 +96,7 @@ def test_verdict_fails_on_a_mismatch(capsys: pytest.CaptureFixture[str]) -> None
     assert "check FAILED: rank 0: task 1 ran f0#1" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_under_torchrun() -> None:
     torchrun = Path(sys.executable).with_name("torchrun")
     cmd = [str(torchrun), "--standalone", "--nproc-per-node", "2", "-m", "tessel", "run", "--model", "mlp",
@@ -109,6 +112,7 @@ def test_n_is_micro_batches(capsys: pytest.CaptureFixture[str]) -> None:
     assert capsys.readouterr().out.startswith("programs of mshape-4: 2 micro-batches")
 
 
+@pytest.mark.slow
 def test_a_failed_run_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run", "--model", "mlp", "--schedule", "gpipe", "--timeout", "0.01"]) == 1
     err = capsys.readouterr().err

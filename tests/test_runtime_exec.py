@@ -27,7 +27,7 @@ from tessel.runtime.tp import shard_of
 from tessel.runtime.train import TrainJob, run_jobs
 from tessel.schedule import schedule_from_dict
 
-pytestmark = pytest.mark.torch
+pytestmark = [pytest.mark.torch, pytest.mark.slow]  # every test starts processes
 
 TOL = 1e-5
 N = 4

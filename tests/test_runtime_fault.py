@@ -19,7 +19,7 @@ from tessel.runtime.networks import example
 from tessel.runtime.program import lower
 from tessel.schedule import schedule_from_dict
 
-pytestmark = [pytest.mark.torch, pytest.mark.timeout(300)]  # a hang is what these tests catch: fail it early
+pytestmark = [pytest.mark.torch, pytest.mark.slow, pytest.mark.timeout(300)]  # a hang is what these tests catch: fail it early
 
 FAST = Options(timeout=60, pg_timeout=20)
 # how long a hung rank would sleep: far longer than stopping takes, so that a rank's note (what

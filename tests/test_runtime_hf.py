@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))
 import gpt2_pipeline  # noqa: E402
 
-pytestmark = pytest.mark.torch
+pytestmark = [pytest.mark.torch, pytest.mark.slow]  # every test starts processes
 
 TINY = dict(layers=4, dim=32, heads=4, vocab=64, seq=8, micro_batches=8, micro_batch_size=1)
 

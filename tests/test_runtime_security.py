@@ -74,6 +74,7 @@ def _probe(ctx: comm.Context, launcher: int) -> dict[str, Any]:
     return {"rank": ctx.global_rank, "sockets": sockets, "aborted": ctx.aborted()}
 
 
+@pytest.mark.slow
 def test_the_job_listens_on_loopback_only_and_ignores_forged_notes() -> None:
     out = launch(_probe, 4, (os.getpid(),), Options(timeout=120, pg_timeout=60))
     assert [o["rank"] for o in out] == [0, 1, 2, 3]  # every rank finished: the forged abort was ignored
@@ -139,6 +140,7 @@ def _collectives(ctx: comm.Context) -> dict[str, Any]:
             "ranks": (ctx.global_rank, ctx.rank, ctx.replica, ctx.world)}
 
 
+@pytest.mark.slow
 def test_collectives_across_pipelines_and_replicas() -> None:
     out = launch(_collectives, 4, (), Options(timeout=120, pg_timeout=60, replicas=2))
     assert [o["ranks"] for o in out] == [(0, 0, 0, 2), (1, 1, 0, 2), (2, 0, 1, 2), (3, 1, 1, 2)]

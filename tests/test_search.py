@@ -30,6 +30,7 @@ def checked(s: Schedule, tmp_path: Path | None = None) -> Schedule:
     return s
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["tessel", "fast"])
 @pytest.mark.parametrize("name", ["vshape-4", "xshape-4", "mshape-4", "kshape-4", "nnshape-6",
                                   "vshape-4-mem4", "mshape-4-mem6"])
@@ -43,6 +44,7 @@ def test_modes_give_valid_schedules_at_the_load_bound(name: str, mode: str, tmp_
     assert s.makespan >= bounds.lower_bound(p, 16)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["xshape-4", "mshape-4", "mllm-4"])
 def test_tessel_is_never_longer_than_the_greedy_baseline(name: str) -> None:
     from tessel.baselines import BASELINES
@@ -51,6 +53,7 @@ def test_tessel_is_never_longer_than_the_greedy_baseline(name: str) -> None:
         assert search(p, n, memory, time_limit=60).makespan <= BASELINES["greedy"](p, n, memory).makespan
 
 
+@pytest.mark.slow
 def test_unroll_extends_the_steady_state_without_search() -> None:
     p, memory = suite_case("mshape-4")
     s = search(p, 24, memory, time_limit=60)
@@ -66,6 +69,7 @@ def test_unroll_extends_the_steady_state_without_search() -> None:
     assert direct.makespan - 200 * 6 <= 13 and direct.meta["unrolled_from"] < 200
 
 
+@pytest.mark.slow
 def test_unroll_to_ten_thousand_micro_batches_keeps_the_period() -> None:
     p, memory = suite_case("xshape-4")
     s = search(p, 32, memory, time_limit=60)
@@ -92,6 +96,7 @@ def test_real_valued_durations_stay_valid_with_their_real_values(tmp_path: Path)
     assert t.meta["exact_time"] is True and t.meta["period"] == bounds.period_lower_bound(q)
 
 
+@pytest.mark.slow
 def test_profiled_costs_with_tight_fractional_memory_pass_the_independent_checker(tmp_path: Path) -> None:
     # a release ending exactly when the next allocation starts must stay first in floating point
     durations = {"f0": 3.413, "f1": 4.015, "f2": 3.362, "f3": 3.379,
@@ -124,6 +129,7 @@ def test_memory_forces_a_longer_period_and_says_so() -> None:
     assert s.meta["period"] == 8 and s.meta["period_memory_bound"] == 8 and s.meta["period_optimal"]
 
 
+@pytest.mark.slow
 def test_patterns_of_several_micro_batches_reach_fractional_periods() -> None:
     p, _ = suite_case("vshape-4")
     s = checked(search(p, 48, 3, time_limit=60))
@@ -161,6 +167,7 @@ def test_a_time_limit_returns_the_best_found_and_says_so() -> None:
     assert s.meta["seconds"]["total"] > 0 and s.makespan >= bounds.lower_bound(p, 32)
 
 
+@pytest.mark.slow
 def test_progress_reports_phases() -> None:
     p, memory = suite_case("mshape-4")
     seen: list[dict] = []
@@ -179,6 +186,7 @@ def test_exact_is_proven_on_tiny_cases_and_tessel_is_within_two_percent(name: st
     assert t.makespan <= 1.02 * e.makespan
 
 
+@pytest.mark.slow
 def test_fast_handles_32_devices_and_hundreds_of_blocks() -> None:
     p = library.interleaved(devices=32, chunks=4)  # 256 blocks
     s = checked(search(p, 80, 64, mode="fast", time_limit=60))

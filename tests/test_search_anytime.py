@@ -37,6 +37,7 @@ def baselines(case_seed: int) -> dict[str, float]:
 
 
 # seeds where the previous search gave up ("no repetend found"), with fractional costs, tight memory
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [5, 7, 9, 13])
 @pytest.mark.parametrize("mode", ["tessel", "exact"])
 def test_random_dags_get_a_valid_schedule_no_longer_than_any_baseline(seed: int, mode: str, tmp_path: Path) -> None:
@@ -52,6 +53,7 @@ def test_random_dags_get_a_valid_schedule_no_longer_than_any_baseline(seed: int,
     assert s.meta["lower_bound"] >= bounds.lower_bound(c.placement, c.micro_batches) - 1e-5
 
 
+@pytest.mark.slow
 def test_fast_answers_on_random_dags_and_reports_what_it_did(tmp_path: Path) -> None:
     for seed in (3, 11):  # just-feasible memory: one micro-batch at a time is what fits at first
         c = random_case(seed)
@@ -61,6 +63,7 @@ def test_fast_answers_on_random_dags_and_reports_what_it_did(tmp_path: Path) -> 
         assert report.gap == pytest.approx(s.makespan / report.lower_bound - 1, abs=1e-4)
 
 
+@pytest.mark.slow
 def test_the_report_is_written_into_meta_and_read_back_the_same(tmp_path: Path) -> None:
     p = library.build("vshape", devices=4)
     s = search(p, 12, 2, time_limit=60)
@@ -111,6 +114,7 @@ def test_objective_span_is_an_option(tessel: Callable[..., tuple[int, str, str]]
         search(p, 4, objective="latency", time_limit=60)
 
 
+@pytest.mark.slow
 def test_the_shard_bound_proves_the_m_shape_optimal() -> None:
     p = library.build("mshape", devices=4)
     # the exact solve proves 60 optimal at N = 8 on its own; the fill bound reaches it too

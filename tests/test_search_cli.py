@@ -4,9 +4,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from shared_files import checker_verdict, suite_case
 
 
+@pytest.mark.slow
 def test_search_writes_a_valid_schedule_and_prints_its_figures(tessel, tmp_path: Path) -> None:
     out = tmp_path / "mshape.json"
     rc, stdout, stderr = tessel("search", "--time-limit", "60", "mshape", "--devices", "4", "-n", "16", "--memory", "20",
