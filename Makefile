@@ -1,9 +1,10 @@
-# Two entry points: `make demo` (the main job) and `make test` (what CI runs).
+# Two entry points: `make demo` (the main job) and `make test` (what CI runs); `make test-fast`
+# is the edit loop: the tests not marked slow (under 2 minutes on 2 cores), no lint.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test test-fast lint bench clean
 
 $(BIN)/tessel: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,6 +17,9 @@ demo: $(BIN)/tessel
 
 test: lint
 	$(BIN)/python -m pytest
+
+test-fast: $(BIN)/tessel
+	$(BIN)/python -m pytest -m "not slow" -x
 
 lint: $(BIN)/tessel
 	$(BIN)/ruff check

@@ -1,7 +1,7 @@
 """Check against reality: profile the runtime's example models, search a schedule, run it on 4
 gloo ranks on this CPU, and compare the measured iteration time with the simulated one.
 
-Per model: (1) profile every block in this process (tessel.profiler, one thread, median of
+Per model: (1) profile every block in this process (tessel.runtime.profiler, one thread, median of
 repeats) into a placement in ms; (2) schedule it with `tessel` (no memory limit: these models
 are small) and with `1f1b`; (3) launch 4 ranks that calibrate the machine -- a ping-pong between
 two ranks gives the message latency; the blocks are profiled again in the job, on one rank
@@ -34,11 +34,11 @@ import torch.distributed as dist
 from tessel import library
 from tessel.io import atomic_write
 from tessel.methods import run_method
-from tessel.profiler import profile
 from tessel.runtime.comm import make_groups
 from tessel.runtime.executor import Executor
 from tessel.runtime.launch import Options, launch
-from tessel.runtime.models import Config, example
+from tessel.runtime.networks import Config, example
+from tessel.runtime.profiler import profile
 from tessel.runtime.program import lower
 from tessel.schedule import Schedule, schedule_from_dict
 from tessel.simulate import simulate
@@ -221,7 +221,7 @@ def report(rows: list[Row], args: argparse.Namespace, seconds: float) -> str:
              f"{os.cpu_count()} CPU cores, load average at the end {load[0]:.1f}; torch "
              f"{torch.__version__}, one thread per rank; {args.micro_batches} micro-batches, median of "
              f"{args.steps} steps after 2 warm-up steps.", "",
-             "`simulated`: durations profiled beforehand in one process (`tessel.profiler`), latency "
+             "`simulated`: durations profiled beforehand in one process (`tessel.runtime.profiler`), latency "
              "from a gloo ping-pong of the largest activation, every rank on its own core. `calibrated`: "
              "the same profiler run inside the job (one rank alone; the sharded blocks on all ranks "
              "with their collectives) and the ranks sharing `cores` = 4 x (the heaviest block's time "

@@ -34,7 +34,7 @@ from tessel.baselines import BASELINES
 from tessel.io import atomic_write
 from tessel.runtime.executor import Executor
 from tessel.runtime.launch import Options, launch
-from tessel.runtime.models import Config, example
+from tessel.runtime.networks import Config, example
 from tessel.runtime.pipelining import stage_module
 from tessel.runtime.program import lower
 from tessel.schedule import schedule_from_dict

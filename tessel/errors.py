@@ -16,7 +16,7 @@ class TesselError(ValueError):
 
 
 class UsageError(TesselError):
-    """Bad command-line input (an option out of range, options that do not go together)."""
+    """Bad command-line or call arguments (an option out of range, options that do not go together)."""
 
 
 class LimitError(TesselError):
@@ -42,6 +42,43 @@ class ScheduleError(TesselError):
 
 class SearchError(TesselError):
     """A search or baseline that finds no schedule for the placement and limits given."""
+
+
+# ---- the runtime's errors ---------------------------------------------------------------------------
+# Defined here, torch-free, so the CLI and callers can catch them without importing torch; each
+# module of tessel.runtime re-exports its own (`tessel.runtime.pipeline.PipelineError`, ...). Those
+# that were a TypeError or RuntimeError before joining the family still are one.
+
+
+class PipelineError(TesselError):
+    """A `Pipeline` that cannot be built or run as given; the message names the block or batch field
+    and what was expected."""
+
+
+class SplitError(TesselError):
+    """A model that cannot be cut as asked; the message names the part or module to change."""
+
+
+class CheckpointError(TesselError):
+    """A checkpoint that cannot be written or read as asked; the message names the entry or path."""
+
+
+class WireError(TesselError):
+    """A value that cannot cross processes, or a document this job did not write."""
+
+
+class PackError(TesselError, TypeError):
+    """A block output that cannot travel between blocks (a leaf that is not a tensor, an odd dtype)."""
+
+
+class ExecutionError(TesselError, RuntimeError):
+    """A step that failed on a rank; the message names the rank, the instruction, its block and
+    micro-batch, and the cause."""
+
+
+class LaunchError(TesselError, RuntimeError):
+    """A job that could not start or failed; the message leads with the first failure, then what
+    every rank reported."""
 
 
 def quote(value: object, limit: int = QUOTE_CHARS) -> str:

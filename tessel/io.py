@@ -10,7 +10,7 @@ import os
 import re
 import stat
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -22,8 +22,10 @@ from .errors import LimitError, OutputError, PlacementError, TesselError, quote
 MAX_DOCUMENT_BYTES = 256 * 2**20
 MAX_DEPTH = 64  # nesting of a JSON/YAML document
 NAME_MAX, PATH_MAX = 255, 4096  # Linux's limits on a file name and a path, in bytes
+DOCUMENT_SUFFIXES = (".json", ".yaml", ".yml")
 
-__all__ = ["MAX_DEPTH", "MAX_DOCUMENT_BYTES", "all_or_nothing", "atomic_write", "check_writable", "read_document"]
+__all__ = ["DOCUMENT_SUFFIXES", "MAX_DEPTH", "MAX_DOCUMENT_BYTES", "all_or_nothing", "atomic_write", "check_writable",
+           "is_file_ref", "read_document"]
 
 
 class _NoAliasLoader(yaml.SafeLoader):
@@ -277,3 +279,18 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def is_file_ref(ref: str | Path, names: Collection[str] = ()) -> bool:
+    """Whether `ref` (a command-line or call argument) means a file rather than one of `names`
+    (the built-in placements, the methods). A name wins; anything else that exists or ends in
+    .json/.yaml/.yml is a file, so a missing one fails on opening, naming its path."""
+    ref = str(ref)
+    if ref in names:
+        return False
+    if ref.endswith(DOCUMENT_SUFFIXES):
+        return True
+    try:
+        return Path(ref).exists()
+    except (OSError, ValueError):  # a name too long for the file system, or with a NUL byte, is no file
+        return False

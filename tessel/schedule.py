@@ -1,4 +1,4 @@
-"""Schedule layer: the result value, its four validity rules, its figures, unroll and JSON I/O."""
+"""Schedule layer: the result value, its figures, unroll and JSON I/O (its four validity rules: rules.py)."""
 from __future__ import annotations
 
 import json
@@ -15,6 +15,8 @@ from .io import atomic_write, read_document
 from .numeric import EPS as EPS
 from .numeric import snap as _num
 from .placement import MAX_VALUE, Number, Placement, in_range, placement_from_dict
+from .rules import Violation as Violation
+from .rules import violations
 
 __all__ = ["Schedule", "ScheduleError", "Task", "Repetend", "Violation", "schedule_from_dict", "check_task_count"]
 
@@ -32,16 +34,6 @@ def check_task_count(placement: Placement, micro_batches: int) -> None:
         raise LimitError(f"{micro_batches:,} micro-batches x {len(placement.blocks):,} blocks = {tasks:,} tasks, "
                          f"more than the {MAX_TASKS:,} accepted; use at most {most:,} micro-batches "
                          "(a repetend repeats unchanged: unroll it where the schedule runs)")
-
-
-@dataclass(frozen=True)
-class Violation:
-    """One broken rule of FORMAT.md: its number and what breaks it."""
-    rule: int
-    message: str
-
-    def __str__(self) -> str:
-        return f"rule {self.rule}: {self.message}"
 
 
 @dataclass(frozen=True)
@@ -170,12 +162,7 @@ class Schedule:
     def violations(self, limit: int = 10) -> list[Violation]:
         """Broken rules, first ones first; empty when the schedule is valid. Rules 2-4 are only
         checked once rule 1 holds (they need every task, once, at a real start)."""
-        errs = self._rule1()
-        if errs:
-            return errs[:limit]
-        for rule in (self._rule2, self._rule3, self._rule4):
-            errs += rule()
-        return errs[:limit]
+        return violations(self, limit)
 
     def errors(self, limit: int = 10) -> list[str]:
         """The broken rules as `rule N: ...` lines."""
@@ -186,62 +173,6 @@ class Schedule:
         if errs:
             raise ScheduleError("; ".join(str(v) for v in errs[:3]), errs[0].rule)
         return self
-
-    def _rule1(self) -> list[Violation]:
-        by, n = self.placement.by_id, self.micro_batches
-        errs: list[Violation] = []
-        seen: set[tuple[str, int]] = set()
-        if n < 1:
-            errs.append(Violation(1, f"micro_batches must be >= 1, got {n}"))
-        for t in self.tasks:
-            key = (t.block, t.micro_batch)
-            if t.block not in by:
-                errs.append(Violation(1, f"task of unknown block {quote(t.block)}"))
-            elif not 0 <= t.micro_batch < n:
-                errs.append(Violation(1, f"task {t.block}#{t.micro_batch} micro-batch out of 0..{n - 1}"))
-            elif key in seen:
-                errs.append(Violation(1, f"task {t.block}#{t.micro_batch} appears twice"))
-            elif not in_range(t.start, -EPS, MAX_VALUE):
-                errs.append(Violation(1, f"task {t.block}#{t.micro_batch} has bad start {quote(t.start)} "
-                                         f"(not a number in 0..{MAX_VALUE:g})"))
-            seen.add(key)
-            if len(errs) >= 10:
-                break
-        if not errs and len(seen) != len(by) * n:
-            missing = next((b, m) for m in range(n) for b in by if (b, m) not in seen)
-            errs.append(Violation(1, f"{len(by) * n - len(seen)} tasks missing, e.g. {missing[0]}#{missing[1]}"))
-        return errs
-
-    def _rule2(self) -> list[Violation]:
-        p, st = self.placement, self.start
-        for a, b in p.edges:
-            need = p.by_id[a].duration + p.edge_latency(a, b)
-            for m in range(self.micro_batches):
-                if st[(b, m)] + EPS < st[(a, m)] + need:
-                    return [Violation(2, f"{b}#{m} starts at {st[(b, m)]} before its input {a}#{m} "
-                                         f"is ready at {_num(st[(a, m)] + need)}")]
-        return []
-
-    def _rule3(self) -> list[Violation]:
-        by, errs = self.placement.by_id, []
-        for d, tasks in enumerate(self.device_orders()):
-            for x, y in zip(tasks, tasks[1:]):
-                if y.start + EPS < x.start + by[x.block].duration:
-                    errs.append(Violation(3, f"device {d}: {y.block}#{y.micro_batch} at {y.start} overlaps "
-                                             f"{x.block}#{x.micro_batch} running "
-                                             f"{x.start}..{_num(x.start + by[x.block].duration)}"))
-                    break
-        return errs
-
-    def _rule4(self) -> list[Violation]:
-        if self.memory_limit is None:
-            return []
-        errs = []
-        for d, (peak, at) in enumerate(self._peaks()):
-            if peak > self.memory_limit[d] + EPS:
-                errs.append(Violation(4, f"device {d}: memory reaches {_num(peak)} at time {at}, "
-                                         f"over its limit {self.memory_limit[d]}"))
-        return errs
 
     # ---- figures -----------------------------------------------------------------------------
     def memory_events(self, device: int) -> list[tuple[Number, Number]]:

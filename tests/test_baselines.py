@@ -37,6 +37,7 @@ def check(s: Schedule, method: str) -> Schedule:
     return s
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(library.PLACEMENTS))
 def test_every_applicable_baseline_is_valid_on_named_placements(name: str) -> None:
     for devices in (4, 6):
@@ -70,6 +71,7 @@ def test_interleaved_makespan_is_megatrons(p: int, v: int, groups: int, f: int, 
     assert s.makespan == n * v * (f + b) + (p - 1) * (f + b)
 
 
+@pytest.mark.slow
 @FEW
 @given(p=st.integers(1, 6), extra=st.integers(0, 12), f=st.integers(1, 3), b=st.integers(1, 4), w=st.integers(1, 3))
 def test_zb_h1_makespan_and_memory(p: int, extra: int, f: int, b: int, w: int) -> None:
@@ -143,6 +145,7 @@ def dags(draw: st.DrawFn) -> Placement:
     return make_placement("random", devices, blocks, edges, latency)
 
 
+@pytest.mark.slow
 @MANY
 @given(p=dags(), n=st.integers(1, 6))
 def test_every_fitting_baseline_is_valid_on_random_dags(p: Placement, n: int) -> None:
@@ -153,6 +156,7 @@ def test_every_fitting_baseline_is_valid_on_random_dags(p: Placement, n: int) ->
         check(BASELINES[method](p, n, None), method)
 
 
+@pytest.mark.slow
 @MANY
 @given(p=dags(), n=st.integers(1, 6), slack=st.integers(0, 3))
 def test_greedy_meets_every_feasible_memory_limit(p: Placement, n: int, slack: int) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
@@ -16,6 +17,8 @@ import runtime_gpt2 as bench  # noqa: E402
 
 from tessel.runtime.hf import gpt2_batch, gpt2_loss, gpt2_model  # noqa: E402
 from tessel.runtime.launch import Options, launch  # noqa: E402
+
+pytestmark = [pytest.mark.torch, pytest.mark.slow]  # every test starts processes
 
 
 def test_bench_variants_compute_the_same_step() -> None:

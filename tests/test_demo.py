@@ -7,11 +7,13 @@ from pathlib import Path
 
 import matplotlib.image as mpimg
 import numpy as np
+import pytest
 
 from tessel.demo import Case, tour
 from tessel.schedule import Schedule
 
 
+@pytest.mark.slow
 def test_tour_writes_a_report_with_its_pictures_tables_schedules_and_traces(tmp_path: Path) -> None:
     said: list[str] = []
     report = tour(tmp_path, cases=(Case("kshape", "K shape", 6),), micro_batches=4, sizes=(4, 8),

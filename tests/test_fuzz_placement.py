@@ -6,12 +6,15 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tessel.cli import main
 from tessel.errors import TesselError
 from tessel.placement import KINDS, MAX_VALUE, MIN_DURATION, Placement, placement_from_dict
+
+pytestmark = pytest.mark.slow  # hundreds of fuzzed documents per test
 
 IDS = st.sampled_from(["a", "b", "c", "d", ""]) | st.text(max_size=4)
 ANY_SCALAR = st.none() | st.booleans() | st.integers(-(10**30), 10**30) | st.floats() | st.text(max_size=5)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import replace
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -46,6 +47,7 @@ def preds_of(nodes: list[str], edges: list[tuple[str, str]]) -> dict[str, list[s
     return out
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(dags())
 def test_topo_order_respects_every_edge_and_takes_the_least_ready(g: Graph) -> None:
@@ -65,6 +67,7 @@ def test_topo_order_respects_every_edge_and_takes_the_least_ready(g: Graph) -> N
         done.add(x)
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(dags())
 def test_ancestors_and_descendants_equal_the_transitive_closure(g: Graph) -> None:
@@ -77,6 +80,7 @@ def test_ancestors_and_descendants_equal_the_transitive_closure(g: Graph) -> Non
     assert {x: set(v) for x, v in desc.items()} == {x: {y for y in nodes if x in reach[y]} for x in nodes}
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(dags())
 def test_components_partition_the_nodes_into_connected_parts(g: Graph) -> None:
@@ -93,6 +97,7 @@ def test_components_partition_the_nodes_into_connected_parts(g: Graph) -> None:
     assert [rank[p[0]] for p in parts] == sorted(rank[p[0]] for p in parts)
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None)
 @given(dags(), st.data())
 def test_find_cycle_finds_a_real_cycle_exactly_when_one_exists(g: Graph, data: st.DataObject) -> None:

@@ -87,6 +87,7 @@ BAD_DOCS: dict[str, tuple[Any, str]] = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(BAD_TEXT))
 def test_bad_placement_text_one_line_exit_2(case: str, tessel: Run, tmp_path: Path) -> None:
     suffix, text, message = BAD_TEXT[case]
@@ -96,6 +97,7 @@ def test_bad_placement_text_one_line_exit_2(case: str, tessel: Run, tmp_path: Pa
         one_error_line(*tessel(*command), message)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(BAD_DOCS))
 def test_bad_placement_document_one_line_exit_2(case: str, tessel: Run, tmp_path: Path) -> None:
     d, message = BAD_DOCS[case]
@@ -276,6 +278,7 @@ def _cli(*argv: str, **kw: Any) -> subprocess.Popen[str]:
                             stdout=kw.pop("stdout", subprocess.PIPE), stderr=subprocess.PIPE, **kw)
 
 
+@pytest.mark.slow
 def test_a_closed_pipe_never_loses_the_output_file(tmp_path: Path) -> None:
     """`tessel baseline ... --ascii -o f.json | head -1`: head leaves after one line."""
     out = tmp_path / "f.json"
@@ -317,6 +320,7 @@ def _without_timing(s: Schedule) -> str:
     return json.dumps(d, sort_keys=True)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,devices,n,mode", [("xshape", 4, 32, "tessel"), ("nnshape", 4, 16, "tessel"),
                                                  ("vshape", 4, 8, "exact")])
 def test_same_search_twice_gives_the_same_schedule(name: str, devices: int, n: int, mode: str) -> None:
@@ -326,6 +330,7 @@ def test_same_search_twice_gives_the_same_schedule(name: str, devices: int, n: i
     assert _without_timing(first) == _without_timing(second)
 
 
+@pytest.mark.slow
 def test_topological_order_of_many_unconnected_blocks_is_declaration_order() -> None:
     blocks = [Block(f"b{i}", "forward", 1, 0, (i % 3,)) for i in range(100_000)]
     p = make_placement("wide", 3, blocks, [])

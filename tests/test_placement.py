@@ -89,6 +89,7 @@ def test_cli_missing_file_exit_2(tessel, tmp_path: Path) -> None:
     assert rc == 2 and "cannot read" in err and err.count("\n") == 1
 
 
+@pytest.mark.slow
 def test_real_console_script_prints_no_traceback(tmp_path: Path) -> None:
     path = tmp_path / "cycle.json"
     path.write_text(json.dumps(BAD["cycle"][0]))

@@ -24,6 +24,7 @@ def _checked(s: Schedule, tmp_path: Path) -> None:
     checker_verdict(f)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("build,opts", [(gpt_spec, SMALL_GPT), (flava_spec, SMALL_FLAVA)])
 def test_plan_is_a_valid_schedule_no_slower_than_every_baseline(build, opts, tmp_path: Path) -> None:
     cluster = Cluster.of(A100, 8, per_node=4)  # two nodes: cross-node TP is on the table
@@ -41,6 +42,7 @@ def test_plan_is_a_valid_schedule_no_slower_than_every_baseline(build, opts, tmp
     assert result.best.candidate.name in result.why and "baseline" in result.why
 
 
+@pytest.mark.slow
 def test_memory_pruning_refuses_candidates_over_the_limit() -> None:
     # 12 GiB devices: a 256k x 4096 vocabulary in 16-byte training state is 16 GiB whole,
     # so only placements that split it (sharded, or tensor-parallel stages) can hold it
@@ -74,6 +76,7 @@ def test_candidates_cover_the_families_and_keep_tp_inside_a_node() -> None:
                    if c.family not in ("tp",))
 
 
+@pytest.mark.slow
 def test_a_placement_family_file_is_planned(tmp_path: Path) -> None:
     f = tmp_path / "k.json"
     f.write_text(json.dumps({"family": "kshape", "forward": 2, "backward": 4, "memory": 1}))

@@ -2,14 +2,18 @@
 from __future__ import annotations
 
 import pytest
+
+pytest.importorskip("torch")
 import torch
 from torch import nn
 
 from tessel import library
 from tessel.builder import Stage, build_stages
 from tessel.placement import PlacementError
-from tessel.profiler import MIB, _Run, profile, saved_bytes
+from tessel.runtime.profiler import MIB, _Run, profile, saved_bytes
 from tessel.timing import schedule_from_orders
+
+pytestmark = pytest.mark.torch
 
 B, H, F = 32, 64, 256
 
@@ -172,7 +176,7 @@ class ReadsDict(nn.Module):
 
 
 def test_profile_modules_measures_any_chain_with_a_split_backward():
-    from tessel.profiler import profile_modules
+    from tessel.runtime.profiler import profile_modules
     from tessel.runtime.split import split_sequential
     torch.manual_seed(0)
     blocks = split_sequential(nn.Sequential(mlp(), mlp(), mlp()), 3) | {"s3": TwoOut(), "s4": ReadsDict()}

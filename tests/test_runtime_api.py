@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+pytest.importorskip("torch")
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -24,6 +26,8 @@ from tessel.runtime.launch import LaunchError, Options, launch
 from tessel.runtime.pipeline import Pipeline, PipelineError, WithLoss
 from tessel.runtime.share import schedule_digest
 from tessel.runtime.split import SplitError, chain_placement, split_at, split_sequential
+
+pytestmark = [pytest.mark.torch, pytest.mark.slow]  # every test starts processes
 
 ROOT = Path(__file__).resolve().parents[1]
 RTOL, ATOL = 1e-5, 1e-7  # float32 sums in another order

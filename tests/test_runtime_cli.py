@@ -9,13 +9,18 @@ from pathlib import Path
 
 import pytest
 
+pytest.importorskip("torch")
+
 from tessel import library
 from tessel.cli import main
 from tessel.cli.runtime import _verdict
 from tessel.methods import run_method
 from tessel.runtime.train import RankReport, StepReport
 
+pytestmark = pytest.mark.torch
 
+
+@pytest.mark.slow
 def test_run_with_check(capsys: pytest.CaptureFixture[str]) -> None:
     rc = main(["run", "--model", "kshape", "--schedule", "tessel", "--micro-batches", "4", "--steps", "2",
                "--check"])
@@ -30,6 +35,7 @@ def test_run_with_check(capsys: pytest.CaptureFixture[str]) -> None:
     assert out.rstrip().endswith("every rank ran the schedule's order")
 
 
+@pytest.mark.slow
 def test_run_a_schedule_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "s.json"
     run_method("gpipe", library.build("vshape", 4), 4).save(path)
@@ -72,7 +78,7 @@ def test_bad_input_is_one_line_and_exit_2(argv: list[str], message: str, capsys:
 
 def test_model_names_without_torch_match_the_models() -> None:
     from tessel.cli.runtime import MODEL_NAMES
-    from tessel.runtime.models import MODELS
+    from tessel.runtime.networks import MODELS
     assert MODEL_NAMES == tuple(MODELS)
 
 
@@ -106,6 +112,7 @@ def test_verdict_fails_on_nan_or_inf_on_either_side(mine: float, ref: float, gra
     assert f"check FAILED: step 2, rank 0: {named}" in err, err
 
 
+@pytest.mark.slow
 def test_run_check_fails_when_training_diverges_to_nan() -> None:
     """--lr inf: step 2 computes NaN on both sides; the check names the step and fails (exit 1)."""
     r = subprocess.run([sys.executable, "-m", "tessel", "run", "--model", "mlp", "--placement", "vshape",
@@ -117,6 +124,7 @@ def test_run_check_fails_when_training_diverges_to_nan() -> None:
     assert "match the single-process run" not in r.stdout
 
 
+@pytest.mark.slow
 def test_under_torchrun() -> None:
     torchrun = Path(sys.executable).with_name("torchrun")
     cmd = [str(torchrun), "--standalone", "--nproc-per-node", "2", "-m", "tessel", "run", "--model", "mlp",
@@ -132,6 +140,7 @@ def test_n_is_micro_batches(capsys: pytest.CaptureFixture[str]) -> None:
     assert capsys.readouterr().out.startswith("programs of mshape-4: 2 micro-batches")
 
 
+@pytest.mark.slow
 def test_a_failed_run_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run", "--model", "mlp", "--schedule", "gpipe", "--timeout", "0.01"]) == 1
     err = capsys.readouterr().err

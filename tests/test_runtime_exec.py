@@ -9,6 +9,8 @@ import sys
 from typing import Any
 
 import pytest
+
+pytest.importorskip("torch")
 import torch
 import torch.distributed as dist
 
@@ -18,12 +20,14 @@ from tessel.runtime import tp
 from tessel.runtime.executor import Executor
 from tessel.runtime.launch import Options, launch
 from tessel.runtime.memory import unit_bytes
-from tessel.runtime.models import declare_kept, example
+from tessel.runtime.networks import declare_kept, example
 from tessel.runtime.pipelining import stage_module, torch_runtime, write_actions_csv
 from tessel.runtime.program import lower
 from tessel.runtime.tp import shard_of
 from tessel.runtime.train import TrainJob, run_jobs
 from tessel.schedule import schedule_from_dict
+
+pytestmark = [pytest.mark.torch, pytest.mark.slow]  # every test starts processes
 
 TOL = 1e-5
 N = 4

@@ -5,6 +5,9 @@ import time
 from typing import Any
 
 import pytest
+
+pytest.importorskip("torch")
+
 import torch
 
 from tessel import library
@@ -12,13 +15,15 @@ from tessel.methods import run_method
 from tessel.runtime.comm import make_groups
 from tessel.runtime.executor import Executor
 from tessel.runtime.launch import GRACE_SECONDS, LaunchError, Options, launch
-from tessel.runtime.models import example
+from tessel.runtime.networks import example
 from tessel.runtime.program import lower
 from tessel.schedule import schedule_from_dict
 
+pytestmark = [pytest.mark.torch, pytest.mark.slow, pytest.mark.timeout(300)]  # a hang is what these tests catch: fail it early
+
 FAST = Options(timeout=60, pg_timeout=20)
-# how long a hung rank would sleep: elapsed-time asserts only tell a stopped job from one that ran
-# out its sleep or timeout, with margins of several times what stopping takes (a loaded machine)
+# how long a hung rank would sleep: far longer than stopping takes, so that a rank's note (what
+# stopped it) tells a stopped job from one that ran out its sleep; no test measures elapsed time
 SLEEP = 5.0 * (3 + GRACE_SECONDS)
 
 
@@ -61,46 +66,45 @@ def _sleeper(ctx: Any, seconds: float, recv_from: int | None) -> str:
     return "finished"
 
 
-def _failure(fn: Any, args: tuple[Any, ...], options: Options) -> tuple[str, float]:
-    t0 = time.monotonic()
+def _failure(fn: Any, args: tuple[Any, ...], options: Options) -> str:
     with pytest.raises(LaunchError) as e:
         launch(fn, 4, args, options)
-    return str(e.value), time.monotonic() - t0
+    return str(e.value)
 
 
 def test_failing_tensor_parallel_block_stops_every_rank() -> None:
     """Rank 1 fails inside the head, which runs on all ranks: the others sit in its collective."""
     s = run_method("1f1b", library.build("mllm", 4), 4)
-    msg, seconds = _failure(_train_once, ("gpt", s.to_dict(), ("fA1", 1, 1), None), FAST)
+    msg = _failure(_train_once, ("gpt", s.to_dict(), ("fA1", 1, 1), None), FAST)
     lines = msg.splitlines()
     assert lines[0].startswith("rank 1: instruction ") and lines[0].endswith(
         "(forward fA1#1) failed: RuntimeError: deliberate failure"), lines[0]
     for r in (0, 2, 3):
         assert any(line.strip().startswith(f"rank {r} stopped at instruction ") and "rank 1 failed" in line
                    for line in lines), msg
-    assert seconds < FAST.pg_timeout, seconds  # stopped by the abort note, not by a timeout
+    assert "imed out" not in msg, msg  # stopped by the abort note, not by a timeout
 
 
 def test_bad_input_shape_names_the_first_block() -> None:
     s = run_method("gpipe", library.build("vshape", 4), 4)
-    msg, seconds = _failure(_train_once, ("mlp", s.to_dict(), None, "x"), FAST)
+    msg = _failure(_train_once, ("mlp", s.to_dict(), None, "x"), FAST)
     first = msg.splitlines()[0]
     assert first.startswith("rank 0: shape pass, instruction 0 (forward f0#0) failed: RuntimeError:"), first
     assert "shapes cannot be multiplied" in first
     assert all(f"rank {r} stopped at shape pass" in msg for r in (1, 2, 3)), msg
-    assert seconds < FAST.pg_timeout
+    assert "imed out" not in msg, msg
 
 
 def test_a_missing_message_times_out() -> None:
     """Rank 0 waits for a message rank 2 never sends: the process-group timeout ends the wait."""
-    msg, seconds = _failure(_sleeper, (SLEEP, 2), Options(timeout=2 * SLEEP, pg_timeout=2))
+    msg = _failure(_sleeper, (SLEEP, 2), Options(timeout=2 * SLEEP, pg_timeout=2))
     assert msg.startswith("rank 0:") and "imed out" in msg.splitlines()[0], msg
     assert all(f"rank {r} stopped at start-up: rank 0 failed" in msg for r in (1, 2, 3)), msg
-    assert seconds < SLEEP, seconds  # the sleepers were stopped, not waited for (margin: 2 + GRACE_SECONDS)
+    assert "finished" not in msg, msg  # the sleepers were stopped, not waited for
 
 
 def test_the_job_timeout_stops_a_hung_job() -> None:
-    msg, seconds = _failure(_sleeper, (2 * SLEEP, None), Options(timeout=3, pg_timeout=SLEEP))
+    msg = _failure(_sleeper, (2 * SLEEP, None), Options(timeout=3, pg_timeout=SLEEP))
     assert msg.startswith("the job ran past its timeout of 3 s"), msg
     assert all(f"rank {r} stopped at start-up: the launcher stopped the job" in msg for r in range(4)), msg
-    assert seconds < SLEEP, seconds  # neither the sleep nor the process-group timeout (margin: 3 + GRACE_SECONDS)
+    assert "finished" not in msg and "imed out" not in msg, msg  # neither the sleep nor the process-group timeout

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from tessel.runtime.launch import Options, launch  # noqa: E402
@@ -19,6 +20,8 @@ from tessel.runtime.launch import Options, launch  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))
 import gpt2_pipeline  # noqa: E402
+
+pytestmark = [pytest.mark.torch, pytest.mark.slow]  # every test starts processes
 
 TINY = dict(layers=4, dim=32, heads=4, vocab=64, seq=8, micro_batches=8, micro_batch_size=1)
 

@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+pytest.importorskip("torch")
 import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import PrefixStore, TCPStore
@@ -17,6 +19,8 @@ from torch._C._distributed_c10d import PrefixStore, TCPStore
 from tessel.runtime import comm, wire
 from tessel.runtime.launch import Options, launch, serve_store
 from tessel.runtime.train import RankReport, StepReport
+
+pytestmark = pytest.mark.torch
 
 LOOPBACK = {"0100007F", "00000000000000000000000001000000", "0000000000000000FFFF00000100007F"}
 
@@ -70,6 +74,7 @@ def _probe(ctx: comm.Context, launcher: int) -> dict[str, Any]:
     return {"rank": ctx.global_rank, "sockets": sockets, "aborted": ctx.aborted()}
 
 
+@pytest.mark.slow
 def test_the_job_listens_on_loopback_only_and_ignores_forged_notes() -> None:
     out = launch(_probe, 4, (os.getpid(),), Options(timeout=120, pg_timeout=60))
     assert [o["rank"] for o in out] == [0, 1, 2, 3]  # every rank finished: the forged abort was ignored
@@ -135,6 +140,7 @@ def _collectives(ctx: comm.Context) -> dict[str, Any]:
             "ranks": (ctx.global_rank, ctx.rank, ctx.replica, ctx.world)}
 
 
+@pytest.mark.slow
 def test_collectives_across_pipelines_and_replicas() -> None:
     out = launch(_collectives, 4, (), Options(timeout=120, pg_timeout=60, replicas=2))
     assert [o["ranks"] for o in out] == [(0, 0, 0, 2), (1, 1, 0, 2), (2, 0, 1, 2), (3, 1, 1, 2)]

@@ -10,6 +10,10 @@ from pathlib import Path
 
 import pytest
 
+pytest.importorskip("torch")
+
+pytestmark = [pytest.mark.torch, pytest.mark.slow, pytest.mark.timeout(300)]  # a hang is what these tests catch: fail it early
+
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
 LONG_RUN = [sys.executable, "-m", "tessel", "run", "--model", "mlp", "--schedule", "gpipe", "-n", "4",

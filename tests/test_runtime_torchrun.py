@@ -9,7 +9,11 @@ from pathlib import Path
 
 import pytest
 
+pytest.importorskip("torch")
+
 from tessel.cli import main
+
+pytestmark = [pytest.mark.torch, pytest.mark.slow]  # every test starts processes
 
 ROOT = Path(__file__).resolve().parents[1]
 TORCHRUN = str(Path(sys.executable).with_name("torchrun"))

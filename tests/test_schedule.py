@@ -116,6 +116,7 @@ def test_independent_checker_agrees(one_f_one_b: dict[str, Any], tmp_path: Path)
     assert r.returncode == 1
 
 
+@pytest.mark.slow
 def test_unroll_1f1b_to_ten_thousand_equals_building_it() -> None:
     v = library.vshape(4)
     small = BASELINES["1f1b"](v, 16, None)

@@ -38,6 +38,7 @@ def baselines(case_seed: int) -> dict[str, float]:
 
 
 # seeds where the previous search gave up ("no repetend found"), with fractional costs, tight memory
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [5, 7, 9, 13])
 @pytest.mark.parametrize("mode", ["tessel", "exact"])
 def test_random_dags_get_a_valid_schedule_no_longer_than_any_baseline(seed: int, mode: str, tmp_path: Path) -> None:
@@ -53,6 +54,7 @@ def test_random_dags_get_a_valid_schedule_no_longer_than_any_baseline(seed: int,
     assert s.meta["lower_bound"] >= bounds.lower_bound(c.placement, c.micro_batches) - 1e-5
 
 
+@pytest.mark.slow
 def test_fast_answers_on_random_dags_and_reports_what_it_did(tmp_path: Path) -> None:
     for seed in (3, 11):  # just-feasible memory: one micro-batch at a time is what fits at first
         c = random_case(seed)
@@ -62,9 +64,10 @@ def test_fast_answers_on_random_dags_and_reports_what_it_did(tmp_path: Path) -> 
         assert report.gap == pytest.approx(s.makespan / report.lower_bound - 1, abs=1e-4)
 
 
+@pytest.mark.slow
 def test_the_report_is_written_into_meta_and_read_back_the_same(tmp_path: Path) -> None:
     p = library.build("vshape", devices=4)
-    s = search(p, 12, 2)
+    s = search(p, 12, 2, time_limit=60)
     report = SearchReport.from_meta(s.meta)
     f = tmp_path / "s.json"
     s.save(f)
@@ -80,7 +83,7 @@ def test_the_report_is_written_into_meta_and_read_back_the_same(tmp_path: Path) 
 
 def test_the_memory_bound_is_proven_and_met() -> None:
     p = library.build("vshape", devices=4)
-    s = search(p, 24, 2)
+    s = search(p, 24, 2, time_limit=60)
     # 24 micro-batches, each holding device 0's memory 16 units, 2 at a time: 24 * 16 / 2 = 192 plus tails;
     # the device bound (the third micro-batch's forward waits for the first one's release) adds the fill
     problem = make_problem(p, 2)
@@ -97,32 +100,33 @@ def test_no_order_of_one_micro_batch_fits_is_proven_and_named() -> None:
               Block("c", "backward", 1, -4, (0,))]
     p = make_placement("both", 1, blocks, [("a", "c"), ("b", "c")])
     with pytest.raises(MemoryLimitError, match=r"device 0 reaches 4 one micro-batch at a time \(limit 3, proven least 2\)"):
-        search(p, 4, 3)
-    assert search(p, 4, 4).makespan == 12
+        search(p, 4, 3, time_limit=60)
+    assert search(p, 4, 4, time_limit=60).makespan == 12
 
 
 def test_objective_span_is_an_option(tessel: Callable[..., tuple[int, str, str]], tmp_path: Path) -> None:
     p = library.build("vshape", devices=4)
-    s = search(p, 16, 4, objective="span")
+    s = search(p, 16, 4, objective="span", time_limit=60)
     assert s.meta["objective"] == "span"
     assert objective_value(s, "span") <= s.makespan
     assert s.meta["lower_bound"] == 16 * max(p.loads)
     out = tmp_path / "v.json"
-    rc, stdout, stderr = tessel("search", "vshape", "-n", "16", "--memory", "4", "--objective", "span", "-o", out)
+    rc, stdout, stderr = tessel("search", "--time-limit", "60", "vshape", "-n", "16", "--memory", "4", "--objective", "span", "-o", out)
     assert rc == 0, stderr
     assert "objective: span" in stdout
     assert json.loads(out.read_text())["meta"]["objective"] == "span"
     with pytest.raises(ValueError, match="unknown objective"):
-        search(p, 4, objective="latency")
+        search(p, 4, objective="latency", time_limit=60)
 
 
+@pytest.mark.slow
 def test_the_shard_bound_proves_the_m_shape_optimal() -> None:
     p = library.build("mshape", devices=4)
     # the exact solve proves 60 optimal at N = 8 on its own; the fill bound reaches it too
     e = search(p, 8, 20, mode="exact", time_limit=60)
     assert e.meta["statuses"]["exact"] == "optimal" and e.makespan == 60
     assert bounds.shard_lower_bound(p, 8) == 60 > bounds.lower_bound(p, 8)
-    s = search(p, 16, 20)
+    s = search(p, 16, 20, time_limit=60)
     assert s.meta["bound_source"] == "shard" and s.meta["lower_bound"] == 108 == s.makespan
     assert s.meta["status"] == "optimal" and s.meta["gap"] == 0
     # no block on every device: nothing to add

@@ -4,12 +4,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from shared_files import checker_verdict, suite_case
 
 
+@pytest.mark.slow
 def test_search_writes_a_valid_schedule_and_prints_its_figures(tessel, tmp_path: Path) -> None:
     out = tmp_path / "mshape.json"
-    rc, stdout, stderr = tessel("search", "mshape", "--devices", "4", "-n", "16", "--memory", "20",
+    rc, stdout, stderr = tessel("search", "--time-limit", "60", "mshape", "--devices", "4", "-n", "16", "--memory", "20",
                                 "--mode", "tessel", "-o", out)
     assert rc == 0, stderr
     lines = _lines(stdout)
@@ -52,7 +54,7 @@ def test_search_a_placement_file_in_fast_mode_with_per_device_memory(tessel, tmp
     case = suite_case("kshape-4")
     f = tmp_path / "kshape.json"
     f.write_text(json.dumps(case["placement"]))
-    rc, stdout, stderr = tessel("search", f, "-n", "8", "--memory", "4,4,4,4", "--mode", "fast", "--ascii")
+    rc, stdout, stderr = tessel("search", "--time-limit", "60", f, "-n", "8", "--memory", "4,4,4,4", "--mode", "fast", "--ascii")
     assert rc == 0, stderr
     assert "d0" in stdout and "makespan: 52" in stdout and "method: fast" in stdout
 

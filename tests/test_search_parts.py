@@ -42,6 +42,7 @@ def test_steady_memory_formula_matches_rule_4_on_long_unrolls(name: str) -> None
     assert checked >= 2
 
 
+@pytest.mark.slow
 def test_steady_memory_of_several_copies_matches_rule_4() -> None:
     problem = make_problem(placement("vshape-4"), 3)
     res = solve_period(problem, 16, Clock(60), 2, copies=3)  # optimal in seconds; room for a loaded machine
@@ -183,6 +184,7 @@ def test_repetend_search_proves_smaller_periods_infeasible() -> None:
     assert Modulo(8, res.modulo.phase, res.modulo.offset).per_micro_batch == 8
 
 
+@pytest.mark.slow
 def test_the_deepest_repetend_fills_the_memory_it_is_given() -> None:
     """zb with latency at twice 1F1B's memory: the least-span repetend keeps p - d micro-batches on
     device d; the deepest one at the same period holds more, up to the limit and never above it."""

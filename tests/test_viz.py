@@ -136,6 +136,7 @@ def test_numbers_inside_boxes_when_they_fit_and_dropped_when_thin() -> None:
     assert numbers == []  # 128 micro-batches: boxes too thin for any 3-digit number
 
 
+@pytest.mark.slow
 def test_32_devices_and_128_micro_batches_keep_a_sane_figure(tmp_path: Path) -> None:
     s = pipelined(vshape(32), 128, memory=40)
     out = plot_schedule(s, tmp_path / "big.png", dpi=60)
@@ -280,6 +281,7 @@ def test_progress_line_is_silent_when_not_a_terminal() -> None:
 
 
 # ---- the command line's --plot and --trace -------------------------------------------------------
+@pytest.mark.slow
 def test_cli_writes_charts_and_traces(tessel, tmp_path: Path) -> None:
     sched, png, trace = tmp_path / "s.json", tmp_path / "s.png", tmp_path / "s.trace.json"
     rc, out, _ = tessel("baseline", "1f1b", "vshape", "-n", 8, "-o", sched, "--plot", png, "--trace", trace)

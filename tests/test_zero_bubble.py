@@ -85,6 +85,7 @@ def test_zb_v_reaches_the_bound_at_1f1b_memory_without_latency(p: int) -> None:
         assert max(s.peak_memory) <= 2 * p  # 1F1B's: p stages' activations, two chunks each
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("p", [3, 4, 6, 8])
 def test_the_v_variants_keep_their_memory_and_order(p: int) -> None:
     v, n = library.zbv(p), 4 * p
@@ -109,6 +110,7 @@ def test_a_tighter_limit_than_the_budget_is_kept() -> None:
     assert all(peak <= cap for peak, cap in zip(v.peak_memory, (2, 3, 4, 5)))
 
 
+@pytest.mark.slow
 @FEW
 @given(p=st.integers(1, 6), n=st.integers(1, 24), f=st.sampled_from([1, 0.7, 1.3]), b=st.sampled_from([1, 0.9, 2]),
        w=st.sampled_from([1, 0.5, 0.45]), lat=st.sampled_from([0, 0.032, 0.25, 1]),
@@ -148,6 +150,7 @@ def test_cli_runs_the_new_baselines_with_weight_duration(tessel, tmp_path: Path)
     assert rc == 2 and "zb-v needs a V" in err and len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("p", [2, 4])
 def test_the_search_on_its_own_reaches_the_bound_where_zb_h2_does(p: int) -> None:
     """Latency F/2, memory 2 M_B: with no baseline raced, the search's own repetend and completion
@@ -155,7 +158,7 @@ def test_the_search_on_its_own_reaches_the_bound_where_zb_h2_does(p: int) -> Non
     from tessel.search import Budget, search
     z = library.zb(p, forward=1, backward=1, weight=1, latency=0.5)
     n = 3 * p
-    s = search(z, n, memory=2 * p, budget=Budget(race=False))
+    s = search(z, n, memory=2 * p, budget=Budget(race=False), time_limit=60)
     assert s.errors() == [] and s.meta["base"] == "repetend"
     assert s.makespan == 3 * n + (p - 1) * 1.5 < BASELINES["zb-h1"](z, n, 2 * p).makespan
     assert max(s.peak_memory) <= 2 * p

@@ -5,10 +5,10 @@ import argparse
 import math
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError, quote
+from ..io import is_file_ref as is_file_ref
 from ..numeric import fmt as fmt
 from ..numeric import integral as _number
 from ..placement import MAX_DEVICES, MAX_VALUE, Placement, in_range, load_placement
@@ -46,11 +46,11 @@ def resolve_placement(args: argparse.Namespace, tasks: bool = True) -> Placement
 
 def _placement(args: argparse.Namespace) -> Placement:
     ref = args.placement
-    if is_file_ref(ref):
+    from .. import library
+    if is_file_ref(ref, library.PLACEMENTS):
         refuse_built_in_options(args, ref)
         p = load_placement(ref)
         return p.inference() if args.infer else p
-    from .. import library
     if ref not in library.PLACEMENTS:
         raise UsageError(f"unknown placement {quote(ref)} (and no such file); "
                          f"built-in: {', '.join(library.PLACEMENTS)}")
@@ -64,14 +64,6 @@ def _placement(args: argparse.Namespace) -> Placement:
             bound = ">= 0" if low is not None else "> 0"
             raise UsageError(f"--{k} must be a finite number {bound} (at most {MAX_VALUE:g}), got {v:g}")
     return library.build(ref, devices=devices, infer=args.infer, **costs)
-
-
-def is_file_ref(ref: str) -> bool:
-    try:
-        exists = Path(ref).exists()
-    except OSError:  # a name too long for the file system is no file
-        exists = False
-    return exists or ref.endswith((".json", ".yaml", ".yml"))
 
 
 def refuse_built_in_options(args: argparse.Namespace, ref: str) -> None:

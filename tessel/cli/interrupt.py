@@ -80,10 +80,11 @@ def _watch(reader: socket.socket, done: threading.Event) -> None:
 
 def _stop_solves(done: threading.Event) -> None:
     """Stop every solve for a while: one may be entering C++ just as the signal arrives."""
-    solver = sys.modules.get("tessel.search.solver")
-    if solver is None:
+    # still being imported (a signal early in a loaded machine's start-up): no solve runs yet
+    stop = getattr(sys.modules.get("tessel.search.solver"), "stop_all_solves", None)
+    if stop is None:
         return
     for _ in range(int(STOP_FOR_S / STOP_REPEAT_S)):
-        solver.stop_all_solves()
+        stop()
         if done.wait(STOP_REPEAT_S):
             return

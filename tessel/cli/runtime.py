@@ -2,21 +2,16 @@
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
 import math
 import os
-import signal
 import statistics
 import sys
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from types import FrameType
+from collections.abc import Sequence
 from typing import Any
 
 from ..errors import LimitError
 from ..placement import Placement
-from ..schedule import MAX_TASKS, Schedule, check_task_count, schedule_from_dict
+from ..schedule import MAX_TASKS, Schedule, check_task_count
 from .common import (
     MAX_SECONDS,
     UsageError,
@@ -34,7 +29,7 @@ from .common import (
 from .environ import check_torchrun_env, wants_torchrun
 
 TOLERANCE = 1e-4  # relative error per tensor: |x - ref|max / |ref|max
-MODEL_NAMES = ("gpt", "kshape", "mlp")  # tessel.runtime.models.MODELS, without importing torch here
+MODEL_NAMES = ("gpt", "kshape", "mlp")  # tessel.runtime.networks.MODELS, without importing torch here
 # checked before any work: the example models are small, so a bigger batch only fills memory (a
 # micro-batch of 10**12 samples killed every rank in the allocator); seeds feed torch's 64-bit seeds
 MAX_MICRO_BATCH_SIZE = 65_536
@@ -50,7 +45,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                                    "CUDA). Under torchrun, each process runs its rank instead of launching; "
                                    "rank 0 searches the schedule and sends it to the others.")
     p.add_argument("--model", required=True, choices=MODEL_NAMES,
-                   help="example model (tessel.runtime.models): gpt decoder, kshape two-branch encoder, "
+                   help="example model (tessel.runtime.networks): gpt decoder, kshape two-branch encoder, "
                         "mlp blocks on any placement")
     p.add_argument("--placement", metavar="NAME|FILE",
                    help="placement (default: the model's own: gpt->mllm, kshape->kshape, mlp->vshape)")
@@ -83,22 +78,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def _run(args: argparse.Namespace) -> int:
-    try:
-        with _terminate_raises():
-            return _run_or_launch(args)
-    except _Terminated:
-        print("tessel: interrupted", file=sys.stderr)
-        return 143
-    except KeyboardInterrupt:
-        print("tessel: interrupted", file=sys.stderr)
-        return 130
-
-
-def _run_or_launch(args: argparse.Namespace) -> int:
+    # SIGINT and SIGTERM raise cli.interrupt.Interrupted (a KeyboardInterrupt) here, as in every
+    # command: the launcher's clean-up (killing its ranks) runs on the way out, main() says so
     if not args.programs and wants_torchrun(os.environ):
         check_torchrun_env(os.environ, args.data_parallel)
         return _as_torchrun_rank(args)
-    if not args.programs and not args.oversubscribe and (args.devices or not _is_file(args.schedule)):
+    if not args.programs and not args.oversubscribe and (args.devices or not _schedule_file(args.schedule)):
         # before any search or process (a file's device count is checked when launching)
         from ..runtime.forkserver import capacity
         capacity((args.devices or 4) * args.data_parallel)
@@ -129,28 +114,14 @@ def _run_or_launch(args: argparse.Namespace) -> int:
     return _report(reports, args.check, schedule)
 
 
-class _Terminated(Exception):
-    """SIGTERM, turned into an exception so that the launcher's clean-up (killing its ranks) runs."""
-
-
-@contextmanager
-def _terminate_raises() -> Iterator[None]:
-    def handler(signum: int, frame: FrameType | None) -> None:
-        raise _Terminated()
-    try:
-        old = signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread: leave signals alone
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
+def _schedule_file(ref: str) -> bool:
+    from ..methods import METHODS
+    return is_file_ref(ref, METHODS)
 
 
 def _bind(args: argparse.Namespace, schedule: Schedule) -> None:
     """A placement the model cannot use fails here, before launching."""
-    from ..runtime.models import example
+    from ..runtime.networks import example
     example(args.model, schedule.placement)
 
 
@@ -170,9 +141,9 @@ def _job(args: argparse.Namespace, schedule: Schedule) -> Any:
 
 
 def _schedule(args: argparse.Namespace) -> Schedule:
-    from ..methods import run_method
+    from ..methods import METHODS, run_method
     ref = args.schedule
-    if _is_file(ref):  # torch-free: a file over the task limit is refused in a moment
+    if is_file_ref(ref, METHODS):  # torch-free: a file over the task limit is refused in a moment
         if args.placement:
             raise UsageError("--schedule FILE holds its placement: do not give --placement too")
         s = Schedule.load(ref, check=True)
@@ -184,14 +155,15 @@ def _schedule(args: argparse.Namespace) -> Schedule:
     if args.micro_batches is not None and args.micro_batches > MAX_TASKS:  # any placement has a block
         raise LimitError(f"-n {args.micro_batches:,} micro-batches: more than the {MAX_TASKS:,} tasks accepted "
                          "for any placement")
-    from ..runtime.models import MODELS  # torch: seconds to import, after the file's checks
+    from ..runtime.networks import MODELS  # torch: seconds to import, after the file's checks
     args.placement = args.placement or MODELS[args.model].placement
     given, args.devices = args.devices, args.devices or 4
     placement: Placement = resolve_placement(args)
     args.devices = given
     _same_devices(args, placement, f"placement {placement.name}")
-    if not is_file_ref(args.placement):  # a built-in's sharded blocks declare what the model's keep
-        from ..runtime.models import declare_kept, example
+    from ..library import PLACEMENTS
+    if not is_file_ref(args.placement, PLACEMENTS):  # a built-in's sharded blocks declare what the model's keep
+        from ..runtime.networks import declare_kept, example
         placement = declare_kept(example(args.model, placement))
     return run_method(ref, placement, args.micro_batches or 8, args.memory)
 
@@ -199,11 +171,6 @@ def _schedule(args: argparse.Namespace) -> Schedule:
 def _same_devices(args: argparse.Namespace, placement: Placement, what: str) -> None:
     if args.devices is not None and args.devices != placement.devices:
         raise UsageError(f"{what} has {placement.devices} devices, not --devices {args.devices}")
-
-
-def _is_file(ref: str) -> bool:
-    from ..methods import METHODS
-    return ref not in METHODS and (os.path.isfile(ref) or ref.endswith(".json"))
 
 
 # ---- torchrun ------------------------------------------------------------------------------------
@@ -231,31 +198,14 @@ def _as_torchrun_rank(args: argparse.Namespace) -> int:
 
 
 def _agreed_schedule(ctx: Any, args: argparse.Namespace) -> Schedule:
-    from ..runtime import comm
-    if _is_file(args.schedule):
-        doc = _canonical(_schedule(args))
-    else:
-        outcome = None
-        if ctx.global_rank == 0:
-            try:
-                s = _schedule(args)
-                _bind(args, s)
-                outcome = json.dumps({"schedule": json.loads(_canonical(s))})
-            except (UsageError, ValueError) as e:
-                outcome = json.dumps({"error": str(e)})
-        shared = json.loads(comm.share(ctx, outcome.encode() if outcome is not None else None))
-        if "error" in shared:
-            raise UsageError(shared["error"])
-        doc = json.dumps(shared["schedule"], sort_keys=True)
-    digest = hashlib.sha256(doc.encode()).digest()
-    if not comm.same_everywhere(ctx, digest):
-        raise UsageError(f"rank {ctx.global_rank}: the ranks hold different schedules (sha256 of this rank's: "
-                         f"{digest.hex()[:16]}); give every node the same schedule file")
-    return schedule_from_dict(json.loads(doc), "the shared schedule", check=True)
+    from ..methods import METHODS
+    from ..runtime.share import JobLink, agreed_schedule
 
-
-def _canonical(s: Schedule) -> str:
-    return json.dumps(s.to_dict(), sort_keys=True)
+    def make() -> Schedule:
+        s = _schedule(args)
+        _bind(args, s)
+        return s
+    return agreed_schedule(make, JobLink(ctx), every_rank=is_file_ref(args.schedule, METHODS))
 
 
 def _gather(ctx: Any, report: Any) -> list[Any]:

@@ -14,7 +14,7 @@ from .outputs import add_output_args, output_path, write_outputs
 from .runtime import MODEL_NAMES
 
 if TYPE_CHECKING:
-    from ..profiler import Profile
+    from ..runtime.profiler import Profile
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -58,8 +58,8 @@ def _profile(args: argparse.Namespace) -> int:
     import torch
 
     from .. import library
-    from ..profiler import profile
-    from ..runtime.models import MODELS, Config, example
+    from ..runtime.networks import MODELS, Config, example
+    from ..runtime.profiler import profile
     if not re.fullmatch(r"cpu|cuda(:\d+)?", args.device):
         raise UsageError(f"--device must be cpu, cuda or cuda:N, got {args.device[:40]!r}")
     if args.device.startswith("cuda") and not torch.cuda.is_available():
@@ -86,7 +86,7 @@ def _profile_module(args: argparse.Namespace) -> int:
     import sys
 
     from ..placement import PlacementError
-    from ..profiler import profile_modules
+    from ..runtime.profiler import profile_modules
     mod_name, _, func_name = args.module.partition(":")
     if not mod_name or not func_name.isidentifier():
         raise UsageError(f"--module {args.module!r}: expected PKG.MOD:FUNC")

@@ -21,7 +21,7 @@ from ..baselines import BaselineError
 from ..baselines.engine import deadline
 from ..bounds import lower_bound, period_lower_bound
 from ..costmodel import ModelSpec
-from ..errors import TesselError
+from ..errors import LimitError, SearchError, TesselError
 from ..methods import run_method
 from ..schedule import Schedule
 from ..search.budget import Clock
@@ -244,10 +244,11 @@ def _search_all(cands: Sequence[Candidate], mode: str, n: int, deadline: float,
 
 def _search(c: Candidate, mode: str, n: int, limit: float) -> Row:
     from ..search import search
+    from ..search.problem import MemoryLimitError
     t0 = time.perf_counter()
     try:
         s = search(c.placement, math.ceil(n / c.replicas), memory=c.budget, mode=mode, clock=Clock(limit))
-    except (ValueError, TimeoutError) as e:  # no schedule fits the budget, or none in time
+    except (MemoryLimitError, SearchError, LimitError) as e:  # none fits the budget or was found in time, or too big
         return Row(c, mode, "failed", str(e), seconds=time.perf_counter() - t0)
     return Row(c, mode, "ok", "", float(s.makespan), time.perf_counter() - t0, s)
 

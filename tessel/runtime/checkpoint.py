@@ -22,13 +22,10 @@ from torch.distributed.checkpoint.filesystem import FileSystemReader
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
+from ..errors import CheckpointError as CheckpointError
 from .pipeline import Pipeline
 
 MODEL, OPTIM, EXTRA = "model", "optim", "extra"
-
-
-class CheckpointError(ValueError):
-    """A checkpoint cannot be written or read as asked; the message names the entry or path."""
 
 
 def _key(name: str, p: Tensor) -> str:
@@ -56,7 +53,7 @@ def _state(pipe: Pipeline, optimizer: torch.optim.Optimizer | None) -> dict[str,
             for field, v in optimizer.state.get(p, {}).items():
                 if not isinstance(v, Tensor):
                     raise CheckpointError(f"optimizer state {field!r} of {k} is a {type(v).__name__}: only "
-                                          "tensor state is saved")
+                                          "tensor state is saved: use an optimizer with tensor state, or save it yourself")
                 optim[f"{k}.{field}"] = v
         doc[OPTIM] = optim
     return doc
@@ -78,7 +75,8 @@ def load(path: str | Path, pipe: Pipeline, optimizer: torch.optim.Optimizer | No
     """Read the checkpoint at `path` into the pipeline's parameters (and optimizer); its extras."""
     p = Path(path)
     if not (p / ".metadata").is_file():
-        raise CheckpointError(f"no checkpoint at {p} (no .metadata file: missing or not finished)")
+        raise CheckpointError(f"no checkpoint at {p} (no .metadata file: missing or not finished); give the "
+                              "directory checkpoint.save wrote")
     meta = FileSystemReader(str(p)).read_metadata().state_dict_metadata
     params = _params(pipe)
     for k in params:

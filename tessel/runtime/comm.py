@@ -37,6 +37,7 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import PrefixStore, ProcessGroupGloo, TCPStore
 
+from ..errors import LaunchError
 from .signed import SignedStore, StoreError
 
 log = logging.getLogger(__name__)
@@ -160,7 +161,8 @@ def init(timeout: float = 60.0, backend: str | None = None, job: Job | None = No
     grank, gworld = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     replicas = job.replicas if job is not None else replicas
     if replicas < 1 or gworld % replicas:
-        raise ValueError(f"{gworld} processes do not split into {replicas} data-parallel replicas")
+        raise LaunchError(f"{gworld} processes do not split into {replicas} data-parallel replicas: start a "
+                          f"multiple of {replicas} processes")
     world = gworld // replicas
     replica, rank = divmod(grank, world)
     backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
@@ -228,7 +230,7 @@ def share(ctx: Context, data: bytes | None) -> bytes:
     """Global rank 0's bytes, on every rank (a collective; the other ranks pass None)."""
     mine = data if ctx.global_rank == 0 else b""
     if ctx.global_rank == 0 and data is None:
-        raise ValueError("global rank 0 must give the bytes to share")
+        raise LaunchError("global rank 0 must give the bytes to share (a bug in the caller: please report it)")
     n = int(_sum_everywhere(ctx, torch.tensor([len(mine or b"")], dtype=torch.int64, device=ctx.device)))
     buf = torch.zeros(n, dtype=torch.int32, device=ctx.device)
     if mine:

@@ -33,6 +33,8 @@ import torch.distributed as dist
 from torch import Tensor, nn
 from torch.autograd.graph import _engine_run_backward
 
+from ..errors import ExecutionError as ExecutionError
+from ..errors import PipelineError
 from .comm import Context
 from .pack import PackError, Packing, pack, packing_of, unpack
 from .program import TAG_LIMIT, Instruction, Programs, tag_of
@@ -68,12 +70,9 @@ def autograd_grad(output: Tensor, grad: Tensor, inputs: Sequence[Tensor]) -> tup
 
 def _check_grad(output: Tensor, grad: Tensor) -> None:
     if grad.shape != output.shape or grad.dtype != output.dtype or grad.device != output.device:
-        raise ValueError(f"a gradient of shape {tuple(grad.shape)} ({grad.dtype}, {grad.device}) for an output of "
-                         f"shape {tuple(output.shape)} ({output.dtype}, {output.device})")
-
-
-class ExecutionError(RuntimeError):
-    """An instruction failed; the message names the rank, the instruction, its block and micro-batch."""
+        raise ExecutionError(f"a gradient of shape {tuple(grad.shape)} ({grad.dtype}, {grad.device}) for an output of "
+                             f"shape {tuple(output.shape)} ({output.dtype}, {output.device}): a block's backward "
+                             "must give gradients shaped like its forward's outputs")
 
 
 @dataclass(frozen=True)
@@ -120,12 +119,13 @@ class Executor:
         mine = {i.block for i in self.program if i.op == "forward"}
         if set(self.blocks) != mine:
             missing, extra = sorted(mine - set(self.blocks)), sorted(set(self.blocks) - mine)
-            raise ValueError(f"rank {self.rank} runs forward blocks {sorted(mine)}: "
+            raise PipelineError(f"rank {self.rank} runs forward blocks {sorted(mine)}: give a module for each, "
                              + (f"no module for block {missing[0]!r}" if missing else
                                 f"got a module for block {extra[0]!r}, which runs on other ranks"))
         for b in mine:
             if b not in self.feeds:
-                raise ValueError(f"rank {self.rank}: no batch fields (feeds) given for block {b!r}")
+                raise PipelineError(f"rank {self.rank}: no batch fields (feeds) given for block {b!r}: name the "
+                                    "fields it reads in feeds={block: [field, ...]}")
         for b, m in self.blocks.items():
             m.requires_grad_(b in self.flow.backward)
         # where each compute task's inputs come from, worked out once
@@ -184,7 +184,8 @@ class Executor:
             work.wait()
         leftover = list(st.saved) + list(st.local) + list(st.inbox)
         if leftover:
-            raise ExecutionError(f"rank {self.rank}: step ended with state left over: {leftover[:3]}")
+            raise ExecutionError(f"rank {self.rank}: step ended with state left over: {leftover[:3]} (a program "
+                                 "that does not match the schedule: please report it)")
         self.ctx.where = "between steps"
         losses = {b: float(x) for b, x in st.losses.items()}
         return StepResult(losses, time.perf_counter() - start, st.peak)
@@ -351,7 +352,8 @@ def _parse_header(h: Tensor, block: str) -> Packing:
     try:
         return Packing.from_json(bytes(h.cpu().tolist()).decode().strip())
     except (ValueError, KeyError, TypeError) as e:
-        raise ExecutionError(f"the description of block {block!r}'s output arrived unreadable: {e}") from e
+        raise ExecutionError(f"the description of block {block!r}'s output arrived unreadable: {e} (ranks running "
+                             "different tessel versions?)") from e
 
 
 def split_batch(batch: Mapping[str, Tensor], n: int, device: torch.device) -> list[dict[str, Tensor]]:
@@ -359,7 +361,8 @@ def split_batch(batch: Mapping[str, Tensor], n: int, device: torch.device) -> li
     out: list[dict[str, Tensor]] = [{} for _ in range(n)]
     for k, v in batch.items():
         if v.shape[0] % n:
-            raise ValueError(f"batch field {k!r} has {v.shape[0]} rows, not a multiple of {n} micro-batches")
+            raise PipelineError(f"batch field {k!r} has {v.shape[0]} rows, not a multiple of {n} micro-batches: "
+                                f"give a multiple of {n} rows")
         for i, part in enumerate(v.to(device).chunk(n)):
             out[i][k] = part
     return out

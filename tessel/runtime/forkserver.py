@@ -23,7 +23,7 @@ RANK_BYTES = 256 * 2**20  # a rank's resident memory with torch loaded (measured
 
 # the workers' imports; none of them, nor a training step, imports sympy (torch.fx's symbolic
 # shapes, see executor.autograd_backward), torch._dynamo (torch.optim) or transformers: a test checks
-PRELOAD = ["tessel.runtime.launch", "tessel.runtime.executor", "tessel.runtime.train", "tessel.runtime.models"]
+PRELOAD = ["tessel.runtime.launch", "tessel.runtime.executor", "tessel.runtime.train", "tessel.runtime.networks"]
 
 
 def context() -> mp.context.ForkServerContext:

@@ -37,6 +37,7 @@ from typing import Any
 import torch
 from torch._C._distributed_c10d import PrefixStore, TCPStore
 
+from ..errors import LaunchError as LaunchError
 from ..errors import TesselError
 from . import comm, forkserver, wire
 from .signed import SignedStore
@@ -45,10 +46,6 @@ log = logging.getLogger(__name__)
 
 GRACE_SECONDS = 5.0
 MAX_MESSAGE = 2**31 - 1   # most bytes one rank's report may take through its pipe
-
-
-class LaunchError(RuntimeError):
-    """The job failed; the message leads with the first failure, then what every rank reported."""
 
 
 @dataclass(frozen=True)
@@ -70,11 +67,13 @@ def launch(fn: Callable[..., Any], nprocs: int, args: Sequence[Any] = (), option
     registered dataclasses).
     """
     if nprocs < 1:
-        raise ValueError(f"cannot launch {nprocs} processes")
+        raise LaunchError(f"cannot launch {nprocs} processes: give at least 1")
     if options.replicas < 1 or nprocs % options.replicas:
-        raise ValueError(f"{nprocs} processes do not split into {options.replicas} data-parallel replicas")
+        raise LaunchError(f"{nprocs} processes do not split into {options.replicas} data-parallel replicas: give a "
+                          f"multiple of {options.replicas} processes")
     if not options.timeout > 0 or not options.pg_timeout > 0:
-        raise ValueError(f"timeouts must be > 0 s, got {options.timeout:g} and {options.pg_timeout:g}")
+        raise LaunchError(f"timeouts must be > 0 s, got {options.timeout:g} and {options.pg_timeout:g}: give "
+                          "positive seconds")
     if not options.oversubscribe:
         forkserver.capacity(nprocs)
     server, port = serve_store(options.host, options.pg_timeout)
@@ -218,11 +217,12 @@ def _collect(procs: list[Any], store: comm.Context, inbox: _Inbox) -> list[Any]:
     if all(p.exitcode == 0 for p in procs):
         missing = [r for r in range(len(procs)) if r not in inbox.results]
         if missing:
-            raise LaunchError(f"ranks {missing} finished without sending a result")
+            raise LaunchError(f"ranks {missing} finished without sending a result (see their messages above; run again)")
         try:
             return [wire.decode(inbox.results[r]) for r in range(len(procs))]
         except wire.WireError as e:
-            raise LaunchError(f"a rank's result cannot be read: {e}") from None
+            raise LaunchError(f"a rank's result cannot be read: {e}; return JSON values, tuples or dataclasses "
+                              "registered with tessel.runtime.wire.register") from None
     notes = []
     for r, p in enumerate(procs):
         note = inbox.notes.get(r)

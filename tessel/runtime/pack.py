@@ -21,15 +21,13 @@ import torch
 import torch.utils._pytree as pytree
 from torch import Tensor
 
+from ..errors import PackError as PackError
+
 DTYPES = {str(d).removeprefix("torch."): d for d in (
     torch.float64, torch.float32, torch.bfloat16, torch.float16, torch.int64, torch.int32, torch.int16,
     torch.int8, torch.uint8, torch.bool)}
 WIDTH = {torch.float16: 1, torch.bfloat16: 1, torch.float32: 2, torch.float64: 3}
 MAX_DIMS = 8
-
-
-class PackError(TypeError):
-    """A block's output cannot travel between blocks (a leaf that is not a tensor, an odd dtype)."""
 
 
 @dataclass(frozen=True)
@@ -79,7 +77,7 @@ def _name(d: torch.dtype) -> str:
 
 def _dtype(name: str) -> torch.dtype:
     if name not in DTYPES:
-        raise PackError(f"unknown tensor type {name!r}")
+        raise PackError(f"unknown tensor type {name!r} (ranks running different tessel versions?)")
     return DTYPES[name]
 
 

@@ -35,6 +35,8 @@ import torch.distributed as dist
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
+from ..errors import PipelineError as PipelineError
+from ..io import is_file_ref
 from ..methods import METHODS, run_method
 from ..placement import Placement, PlacementError
 from ..schedule import Schedule
@@ -42,17 +44,13 @@ from .comm import Context
 from .dataflow import dataflow
 from .executor import Executor, StepResult
 from .program import lower
-from .share import broadcast_schedule
+from .share import GroupLink, agreed_schedule
 from .split import chain_placement
 
 log = logging.getLogger(__name__)
 
 BlockFactory = Callable[[str, Any], nn.Module]
 TARGET = "target"
-
-
-class PipelineError(ValueError):
-    """The pipeline cannot be built or run as given; the message names the block and what was expected."""
 
 
 class WithLoss(nn.Module):
@@ -100,7 +98,7 @@ class Pipeline:
         self.flow = dataflow(self.placement)
         if self.placement.devices != self.size:
             raise PipelineError(f"placement {self.placement.name} has {self.placement.devices} devices but the "
-                                f"process group has {self.size} ranks")
+                                f"process group has {self.size} ranks: run one process per device, or give group= of that size")
         self.loss_fn, self.loss_feeds = loss_fn, tuple(loss_feeds) if loss_fn is not None else ()
         self.user_feeds = {b: tuple(f) for b, f in (feeds or {}).items()}
         for b in self.user_feeds:
@@ -117,26 +115,21 @@ class Pipeline:
     # ---- building ---------------------------------------------------------------------------------
     def _schedule(self, blocks: Mapping[str, nn.Module] | BlockFactory, schedule: Schedule | str | Path,
                   placement: Placement | None, micro_batches: int | None, memory: Any) -> Schedule:
-        if isinstance(schedule, Schedule) or str(schedule) not in METHODS:
-            if not isinstance(schedule, Schedule) and not os.path.isfile(schedule):
-                raise PipelineError(f"schedule {str(schedule)!r} is neither a method "
-                                    f"({', '.join(sorted(METHODS))}) nor a schedule file")
+        link = GroupLink(self.group, self.ctx.device)
+        if isinstance(schedule, Schedule) or is_file_ref(schedule, METHODS):
             s = _same_placement(schedule if isinstance(schedule, Schedule) else Schedule.load(schedule, check=True),
                                 placement)
-            # a searched schedule repeats: unroll it to the micro-batches asked for
-            if not micro_batches or micro_batches == s.micro_batches:
-                return s
-            if s.repetend is None:
-                raise PipelineError(f"the schedule is for {s.micro_batches} micro-batches and has no repetend to "
-                                    f"unroll to {micro_batches}: make it for {micro_batches}")
-            return s.unroll(micro_batches)
+            return agreed_schedule(lambda: _unrolled(s, micro_batches), link, every_rank=True)
         ref = str(schedule)
+        if ref not in METHODS:
+            raise PipelineError(f"schedule {ref!r} is neither a method ({', '.join(sorted(METHODS))}) nor a "
+                                "schedule file")
         if placement is None:
             if not isinstance(blocks, Mapping):
                 raise PipelineError(f"schedule method {ref!r} needs a placement when blocks come from a function")
             placement = chain_placement(list(blocks), self.size)
         p, n = placement, micro_batches or 2 * placement.devices
-        return broadcast_schedule(lambda: run_method(ref, p, n, memory), self.group, self.ctx.device)
+        return agreed_schedule(lambda: run_method(ref, p, n, memory), link)
 
     def _module(self, blocks: Mapping[str, nn.Module] | BlockFactory, b: str) -> nn.Module:
         if isinstance(blocks, Mapping):
@@ -148,7 +141,7 @@ class Pipeline:
         else:
             m = blocks(b, self.groups.get(tuple(sorted(self.flow.devices(b)))))
         if not isinstance(m, nn.Module):
-            raise PipelineError(f"block {b!r}: expected an nn.Module, got {type(m).__name__}")
+            raise PipelineError(f"block {b!r}: expected an nn.Module, got {type(m).__name__}: give a module")
         return m.to(self.ctx.device)
 
     def _wrapped(self, b: str, recompute: bool | Collection[str]) -> nn.Module:
@@ -218,6 +211,16 @@ class Pipeline:
         for b in self.mine:
             for name, p in self.modules[b].named_parameters():
                 yield f"{b}.{name}", p
+
+
+def _unrolled(s: Schedule, micro_batches: int | None) -> Schedule:
+    """A searched schedule repeats: unrolled to the micro-batches asked for."""
+    if not micro_batches or micro_batches == s.micro_batches:
+        return s
+    if s.repetend is None:
+        raise PipelineError(f"the schedule is for {s.micro_batches} micro-batches and has no repetend to "
+                            f"unroll to {micro_batches}: make it for {micro_batches}")
+    return s.unroll(micro_batches)
 
 
 def _same_placement(s: Schedule, placement: Placement | None) -> Schedule:

@@ -19,6 +19,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from ..errors import UsageError
 from ..key import Key
 from ..placement import Placement
 from ..schedule import Schedule, ScheduleError
@@ -112,7 +113,7 @@ def lower_orders(p: Placement, micro_batches: int, orders: Sequence[Sequence[Key
     the compute in between (a receive posted late costs a round trip on some transports).
     """
     if lookahead < 0:
-        raise ValueError(f"lookahead must be >= 0, got {lookahead}")
+        raise UsageError(f"lookahead must be >= 0, got {lookahead}")
     check_orders(p, micro_batches, orders)
     flow = dataflow(p)
     if 2 * micro_batches * len(flow.edges) > TAG_LIMIT:

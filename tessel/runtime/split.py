@@ -9,7 +9,7 @@ Three ways in, each giving `{block id: module}` in forward order (ids `s0`, `s1`
 - `split_pipe`: the stages of a `pipeline()` result the caller made (any of its split specs).
 
 `chain_placement` puts block i on device i mod D (interleaved when there are more blocks than
-devices), with unit costs or with the ms/MiB a profile measured (see profiler.profile_modules).
+devices), with unit costs or with the ms/MiB a profile measured (see runtime.profiler.profile_modules).
 """
 from __future__ import annotations
 
@@ -19,11 +19,8 @@ from typing import Any
 from torch import nn
 
 from ..builder import Stage, build_stages
+from ..errors import SplitError as SplitError
 from ..placement import Number, Placement, PlacementError
-
-
-class SplitError(ValueError):
-    """The model cannot be cut as asked; the message names the part or module."""
 
 
 def split_sequential(model: nn.Sequential | nn.ModuleList, parts: int | Sequence[int]) -> dict[str, nn.Module]:
@@ -32,7 +29,7 @@ def split_sequential(model: nn.Sequential | nn.ModuleList, parts: int | Sequence
     layers = list(model)
     if isinstance(parts, int):
         if not 1 <= parts <= len(layers):
-            raise SplitError(f"cannot split {len(layers)} layers into {parts} parts")
+            raise SplitError(f"cannot split {len(layers)} layers into {parts} parts: ask for 1..{len(layers)} parts")
         q, r = divmod(len(layers), parts)
         sizes = [q + (i < r) for i in range(parts)]
     else:
@@ -59,7 +56,7 @@ def split_at(model: nn.Module, split_points: Sequence[str], example_args: Sequen
             raise SplitError(f"split point {p!r} is not a submodule of {type(model).__name__}"
                              + (f" (similar: {', '.join(near)})" if near else ""))
     if len(set(split_points)) != len(split_points):
-        raise SplitError(f"split points repeat: {list(split_points)}")
+        raise SplitError(f"split points repeat: {list(split_points)}; give each once")
     try:
         pipe = pipeline(model, mb_args=tuple(example_args), mb_kwargs=dict(example_kwargs or {}),
                         split_spec={p: SplitPoint.BEGINNING for p in split_points})

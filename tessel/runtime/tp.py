@@ -19,6 +19,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..errors import PipelineError
+
 Group = Any  # a torch.distributed ProcessGroup
 
 
@@ -88,8 +90,8 @@ def gather_from_group(x: Tensor, group: Group | None) -> Tensor:
 def _shard(full: Tensor, dim: int, group: Group | None, what: str) -> nn.Parameter:
     size, rank = group_size(group), group_rank(group)
     if full.shape[dim] % size:
-        raise ValueError(f"{what}: dimension {dim} of size {full.shape[dim]} does not split over "
-                         f"{size} ranks")
+        raise PipelineError(f"{what}: dimension {dim} of size {full.shape[dim]} does not split over "
+                            f"{size} ranks: give the block a device count that divides it")
     p = nn.Parameter(full.detach().chunk(size, dim=dim)[rank].clone())
     p.tessel_shard = (dim, rank, size)  # type: ignore[attr-defined]
     return p
@@ -205,7 +207,7 @@ def parallelize(module: nn.Module, plan: dict[str, str], group: Group | None) ->
     """
     for path, style in plan.items():
         if style not in STYLES:
-            raise ValueError(f"parallel plan: style {style!r} for {path} is not one of {', '.join(STYLES)}")
+            raise PipelineError(f"parallel plan: style {style!r} for {path} is not one of {', '.join(STYLES)}")
         parent_path, _, name = path.rpartition(".")
         parent = module.get_submodule(parent_path) if parent_path else module
         setattr(parent, name, STYLES[style](getattr(parent, name), group))

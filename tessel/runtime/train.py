@@ -23,13 +23,14 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from ..errors import LaunchError
 from ..schedule import Schedule, schedule_from_dict
 from . import wire
 from .comm import Context, make_groups
 from .executor import Executor, StepResult
 from .launch import Options, launch
 from .memory import GraphMemory
-from .models import Config, Example, example, reference_losses
+from .networks import Config, Example, example, reference_losses
 from .program import Instruction, lower
 from .tp import shard_of
 
@@ -150,7 +151,8 @@ class _Recording(Executor):
 
 def run_job(ctx: Context, job: TrainJob) -> RankReport:
     if job.replicas != ctx.replicas:
-        raise ValueError(f"the job has {job.replicas} replicas, the processes {ctx.replicas}")
+        raise LaunchError(f"the job has {job.replicas} replicas, the processes {ctx.replicas}: start "
+                          "devices x replicas processes")
     schedule = schedule_from_dict(job.schedule, "job schedule", check=True)
     ex = example(job.model, schedule.placement, job.config, job.seed)
     make_groups(ctx, [b.devices for b in schedule.placement.blocks])

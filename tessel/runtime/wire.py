@@ -11,19 +11,17 @@ import json
 import math
 from typing import Any, TypeVar
 
+from ..errors import WireError as WireError
+
 T = TypeVar("T")
 _TYPES: dict[str, type] = {}
 _TAG = "__tessel__"
 
 
-class WireError(ValueError):
-    """A value cannot be encoded, or a document is not one this module wrote."""
-
-
 def register(cls: type[T]) -> type[T]:
     """Allow a dataclass to cross processes (a class decorator)."""
     if not dataclasses.is_dataclass(cls):
-        raise TypeError(f"{cls.__name__} is not a dataclass")
+        raise WireError(f"{cls.__name__} is not a dataclass: register frozen dataclasses only")
     _TYPES[cls.__name__] = cls
     return cls
 
@@ -36,7 +34,7 @@ def decode(text: str) -> Any:
     try:
         return _from(json.loads(text))
     except (ValueError, TypeError, KeyError) as e:
-        raise WireError(f"not a value this job sent: {e}") from None
+        raise WireError(f"not a value this job sent: {e} (ranks running different tessel versions?)") from None
 
 
 def _to(v: Any) -> Any:
@@ -50,15 +48,15 @@ def _to(v: Any) -> Any:
         return {_TAG: "tuple", "v": [_to(x) for x in v]}
     if isinstance(v, dict):
         if not all(isinstance(k, str) for k in v):
-            raise WireError(f"dictionary keys must be strings, got {sorted(map(repr, v))[:3]}")
+            raise WireError(f"dictionary keys must be strings, got {sorted(map(repr, v))[:3]}: convert them")
         if _TAG in v:
-            raise WireError(f"a dictionary may not use the key {_TAG!r}")
+            raise WireError(f"a dictionary may not use the key {_TAG!r}: rename it")
         return {k: _to(x) for k, x in v.items()}
     name = type(v).__name__
     if _TYPES.get(name) is type(v) and dataclasses.is_dataclass(v):
         return {_TAG: name, "v": {f.name: _to(getattr(v, f.name)) for f in dataclasses.fields(v)}}
     raise WireError(f"cannot send a {name} between processes (JSON values, tuples and "
-                    f"{sorted(_TYPES)} only)")
+                    f"{sorted(_TYPES)} only): convert it, or register its dataclass with wire.register")
 
 
 def _from(v: Any) -> Any:

@@ -17,6 +17,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
+from ..errors import UsageError
 from ..methods import METHODS, SEARCH_MODES
 from .figure import image_format, root_figure, save_figure
 
@@ -53,7 +54,7 @@ def plot_comparison(rows: Sequence[Row], path: str | Path, title: str | None = N
     """Makespan bars per method with the lower bound drawn, and search seconds (log) beside."""
     image_format(path)
     if not rows:
-        raise ValueError("plot_comparison: no rows to draw")
+        raise UsageError("plot_comparison: no rows to draw: give at least one row")
     height = 1.2 + 0.42 * len(rows)
     fig = Figure(figsize=(11, height))
     grid = fig.add_gridspec(1, 2, width_ratios=(3, 1), left=0.1, right=0.97, wspace=0.08,
@@ -137,7 +138,7 @@ def plot_scaling(rows: Sequence[Row], path: str | Path, title: str | None = None
         series[str(r["method"])].append((int(r["micro_batches"]), float(r["makespan"])))
         bound[int(r["micro_batches"])] = float(r["lower_bound"])
     if not series:
-        raise ValueError("plot_scaling: no rows with a makespan to draw")
+        raise UsageError("plot_scaling: no rows with a makespan to draw: give at least one schedule that was found")
     fig = Figure(figsize=(9, 6.5))
     grid = fig.add_gridspec(2, 1, height_ratios=(2, 1), left=0.1, right=0.8, hspace=0.08,
                             top=0.9, bottom=0.09)

@@ -35,7 +35,8 @@ import torch
 import torch.utils._pytree as pytree
 from torch import Tensor, nn
 
-from .placement import Placement, PlacementError, make_placement
+from ..errors import UsageError
+from ..placement import Placement, PlacementError, make_placement
 
 log = logging.getLogger(__name__)
 MIB = 1024 ** 2
@@ -183,9 +184,9 @@ def profile(placement: Placement, modules: Mapping[str, nn.Module],
     placement's latency stays.
     """
     if repeats < 1 or warmup < 0:
-        raise ValueError(f"repeats must be >= 1 and warmup >= 0, got {repeats} and {warmup}")
+        raise UsageError(f"repeats must be >= 1 and warmup >= 0, got {repeats} and {warmup}")
     if bandwidth is not None and not bandwidth > 0:
-        raise ValueError(f"bandwidth must be > 0 bytes/s, got {bandwidth}")
+        raise UsageError(f"bandwidth must be > 0 bytes/s, got {bandwidth}")
     dev = torch.device(device)
     forwards = [b for b in placement.topo_order if placement.by_id[b].kind in ("forward", "other")]
     missing = [b for b in forwards if b not in modules]
@@ -306,7 +307,7 @@ def profile_modules(modules: Mapping[str, nn.Module] | Sequence[nn.Module], inpu
     block B and a weight-gradient block W. `options` go to `profile` (device, warmup, repeats,
     bandwidth, alpha).
     """
-    from .builder import Stage, build_stages
+    from ..builder import Stage, build_stages
     named = dict(modules) if isinstance(modules, Mapping) else {f"s{i}": m for i, m in enumerate(modules)}
     if not named:
         raise PlacementError("no blocks to profile")

@@ -1,4 +1,6 @@
-"""Example models whose blocks are bound to a placement's forward blocks; small enough for CPU tests.
+"""Example networks (the `--model` of `tessel run`) whose blocks are bound to a placement's forward
+blocks; small enough for CPU tests. ("Model" elsewhere: the CP-SAT model in search/solver.py, the
+cost model in costmodel/.)
 
 - `gpt`: GPT-style decoder on a chain placement. The first forward block embeds the tokens, the
   last one holds the LM head and the loss, the others are transformer layers. A block on several
@@ -24,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..errors import UsageError
 from ..placement import Placement, PlacementError, make_placement
 from .dataflow import Dataflow, dataflow
 from .memory import GraphMemory, unit_bytes
@@ -312,7 +315,7 @@ class Example:
 
 def example(kind: str, placement: Placement, config: Config | None = None, seed: int = 0) -> Example:
     if kind not in MODELS:
-        raise ValueError(f"unknown model {kind!r}; known: {', '.join(MODELS)}")
+        raise UsageError(f"unknown model {kind!r}; known: {', '.join(MODELS)}")
     ex = Example(kind, placement, config or Config(), seed)
     _ = ex.specs  # bind now: a placement the model cannot use fails here, naming the reason
     return ex
