@@ -78,7 +78,7 @@ PASSES: dict[str, tuple[Pass, ...]] = {
     "tessel": TESSEL,
     "fast": (Pass("polish", polish), *COMPLETION),  # Budget.polish_share (polish_cap) or repair_share
     "exact": (Pass("hint", hinted(lambda s, _: run_passes(s, TESSEL)), lambda b: b.exact_hint_share),
-              Pass("exact", exact)),  # the rest of the clock: a proof when it ends in time
+              Pass("exact", exact, always=True)),  # the rest of the clock: the mode is the solver's proof
 }
 
 
