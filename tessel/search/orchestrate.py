@@ -27,7 +27,7 @@ from .budget import DEFAULT_LIMIT, MODES, OBJECTIVES, Budget, Clock
 from .passes.complete import completion, deepest_repetend
 from .passes.final import final, summary
 from .passes.period import period_search, polish, retry
-from .passes.race import race
+from .passes.race import racing
 from .passes.rivals import completed_baseline
 from .passes.start import start
 from .passes.whole import exact, hinted, whole
@@ -78,7 +78,7 @@ PASSES: dict[str, tuple[Pass, ...]] = {
     "tessel": TESSEL,
     "fast": (Pass("polish", polish), *COMPLETION),  # Budget.polish_share (polish_cap) or repair_share
     "exact": (Pass("hint", hinted(lambda s, _: run_passes(s, TESSEL)), lambda b: b.exact_hint_share),
-              Pass("exact", exact)),  # the rest of the clock: a proof when it ends in time
+              Pass("exact", exact, always=True)),  # the rest of the clock: the mode is the solver's proof
 }
 
 
@@ -106,8 +106,8 @@ def search(placement: Placement, micro_batches: int, memory: Number | Sequence[N
     limit -= budget.reserve(limit, micro_batches * len(placement.blocks))
     state = State(problem, micro_batches, Clock(limit, outer.t0), workers or DEFAULT_WORKERS, progress, budget,
                   objective)
-    run_passes(state, (Pass("baselines", race, lambda b: b.fast_race_share if mode == "fast" else b.race_share),
-                       Pass("start", start)))
+    race_share = (lambda b: b.fast_race_share) if mode == "fast" else (lambda b: b.race_share)
+    run_passes(state, (Pass("baselines", racing(race_share)), Pass("start", start)))
     run_passes(state, PASSES[mode])
     run_passes(state, (Pass("final", final, always=True),))
     report = summary(state, mode)

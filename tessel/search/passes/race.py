@@ -3,26 +3,35 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 from ...baselines import BaselineError, applicable, run_baseline
 from ...schedule import ScheduleError
-from ..budget import Clock
+from ..budget import Budget, Clock
 from ..state import State
 
 log = logging.getLogger(__name__)
 BASELINE_TASKS = 40_000  # baselines race against the search up to this many tasks (N x blocks)
 
 
-def race(state: State, clock: Clock) -> None:
+def racing(share: Callable[[Budget], float]) -> Callable[[State, Clock], None]:
+    """The race, where a baseline that would take more than `share` of the time left when it
+    starts is skipped."""
+    def run(state: State, clock: Clock) -> None:
+        race(state, clock, share(state.budget))
+    return run
+
+
+def race(state: State, clock: Clock, share: float = 1.0) -> None:
     """The applicable baselines on the real placement, greedy (the slowest) last, into
-    state.rivals. One that would take longer than the clock has left is skipped."""
+    state.rivals. One that would take more than `share` of the clock left is skipped."""
     p, n = state.problem.placement, state.micro_batches
     tasks = n * len(p.blocks)
     if tasks > BASELINE_TASKS or not state.budget.race:
         return
     per_baseline = tasks * state.budget.baseline_per_task
     for name in sorted(applicable(p), key=lambda x: x == "greedy"):
-        if per_baseline > clock.left():
+        if per_baseline > clock.left() * share:
             log.info("baseline %s skipped: about %.1fs, over the race's share", name, per_baseline)
             continue
         t1 = time.perf_counter()
