@@ -8,6 +8,9 @@
   fusion block on all ranks, a tensor-parallel MLP and a classifier).
 - `mlp`: MLP blocks on any placement (chains such as `vshape`, `interleaved`, `zb`, or graphs):
   sources read features, a block reads the concatenation of its inputs, sinks classify.
+- `emulated`: elementwise blocks on any placement, activations of `features` floats per sample,
+  replicated on a block's devices: the stand-ins of emulated devices (emulate.py), whose time
+  comes from the placement, not from their compute.
 
 Every block is built whole and deterministically from the seed (so every rank and a single-process
 reference agree on the weights), then parallelised when its placement block spans several devices.
@@ -251,6 +254,34 @@ def _mlp_batch(cfg: Config, size: int, g: torch.Generator) -> dict[str, Tensor]:
             "y": torch.randint(0, cfg.classes, (size,), generator=g)}
 
 
+# ---- emulated devices' blocks ---------------------------------------------------------------
+class EmulatedBlock(ExampleBlock):
+    """tanh(sum of inputs * w + b), elementwise: real tensors and autograd at almost no compute."""
+
+    def __init__(self, cfg: Config, sink: bool) -> None:
+        super().__init__()
+        self.w = nn.Parameter(1 + 0.1 * torch.randn(cfg.features))
+        self.b = nn.Parameter(0.1 * torch.randn(cfg.features))
+        if sink:
+            self.loss = nn.MSELoss()
+
+    def body(self, *inputs: Tensor) -> Tensor:
+        return torch.tanh(torch.stack(inputs).sum(0) * self.w + self.b)
+
+
+def _emulated(flow: Dataflow, cfg: Config) -> dict[str, BlockSpec]:
+    specs = {}
+    for b in flow.forwards:
+        sink = b in flow.sinks
+        feeds = (("x",) if not flow.in_edges[b] else ()) + (("y",) if sink else ())
+        specs[b] = BlockSpec(partial(EmulatedBlock, cfg, sink), feeds)
+    return specs
+
+
+def _emulated_batch(cfg: Config, size: int, g: torch.Generator) -> dict[str, Tensor]:
+    return {"x": torch.randn(size, cfg.features, generator=g), "y": torch.randn(size, cfg.features, generator=g)}
+
+
 # ---- binding -----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class BlockSpec:
@@ -269,6 +300,7 @@ MODELS: dict[str, ModelKind] = {
     "gpt": ModelKind(_gpt, _gpt_batch, "mllm"),
     "kshape": ModelKind(_kshape, _kshape_batch, "kshape"),
     "mlp": ModelKind(_mlp, _mlp_batch, "vshape"),
+    "emulated": ModelKind(_emulated, _emulated_batch, "vshape"),
 }
 
 
