@@ -41,10 +41,17 @@ class Emulation:
     """How devices are emulated: `unit_ms` milliseconds per placement time unit."""
     unit_ms: float
     latency: bool = True  # delay each transfer by the placement's latency
+    # "device": tasks keep the device's clock, sends leave before the sleep with their ready time
+    # (SleepingDevice); "wall": a task sleeps right after its inputs arrived and sends after it,
+    # every wake-up of a sleeping process counted, latency left out (the model torch's runtime can
+    # be given too: bench/realized.py)
+    clock: str = "device"
 
     def __post_init__(self) -> None:
         if not self.unit_ms > 0 or self.unit_ms > 60_000:
             raise ValueError(f"emulated time unit must be in (0, 60000] ms, got {self.unit_ms!r}")
+        if self.clock not in ("device", "wall"):
+            raise ValueError(f"emulated clock must be 'device' or 'wall', got {self.clock!r}")
 
 
 class SleepingDevice:
@@ -55,8 +62,10 @@ class SleepingDevice:
     in yet when the rank looks, the moment it arrives; a collective task at the latest of its
     devices' starts (an all-reduce of the maximum). A send is posted when its producer's block has
     run, before the sleep, as a GPU's host queues it behind the kernel; its stamp says when it is
-    ready. So a sleeping process's wake-up delay on a loaded host is not counted, and what is left
-    is what the executor and the transport add.
+    ready. A rank sleeps until its device's previous task ends before it looks at the next one's
+    inputs, so wall time follows device time, and an input still missing then (a receive posted
+    late, a producer whose process fell behind, a slow transport) delays the task in real time.
+    A sleeping process's wake-up delay on a loaded host is not counted as device time.
     """
 
     def __init__(self, placement: Placement, emulation: Emulation, ctx: Context) -> None:
@@ -64,6 +73,7 @@ class SleepingDevice:
         self.duration = {b.id: float(b.duration) * self.unit for b in placement.blocks}
         self.devices = {b.id: b.devices for b in placement.blocks}
         self.delay = float(placement.latency) * self.unit if emulation.latency else 0.0
+        self.wall = emulation.clock == "wall"
         self.ctx = ctx
         self.began = self.free_at = 0.0
         self.stamps: dict[tuple[int, int], tuple[Tensor, Any]] = {}  # (src, tag) -> ready time, its work
@@ -73,15 +83,27 @@ class SleepingDevice:
         self.free_at = time.perf_counter()
 
     def receive(self, src: int, tag: int) -> None:
+        if self.wall:
+            return
         buf = torch.zeros(1, dtype=torch.float64)
         self.stamps[(src, tag)] = (buf, dist.irecv(buf, src, tag=STAMP_TAG + tag))
 
     def send(self, post: Callable[[], Any], tensor: Tensor, dst: int, tag: int) -> None:
+        if self.wall:
+            self.posted.append((post(), tensor))
+            return
         stamp = torch.tensor([self.free_at], dtype=torch.float64)
         self.posted += [(post(), tensor), (dist.isend(stamp, dst, tag=STAMP_TAG + tag), stamp)]
 
     def start(self, ins: Instruction, inputs: Sequence[tuple[int, int]], waits: Sequence[Any]) -> None:
         devs = self.devices[ins.block]
+        if self.wall:
+            for w in waits:
+                w.wait()
+            if len(devs) > 1:
+                dist.all_reduce(torch.zeros(1), group=self.ctx.group(devs))
+            self.began = time.perf_counter()
+            return
         if len(devs) == 1:
             self.idle()  # the device is busy with the previous task until then
         pending = not all(w.is_completed() for w in waits)
@@ -107,13 +129,18 @@ class SleepingDevice:
     def finish(self, ins: Instruction) -> None:
         # the task's outputs are ready at its end: stamps of its sends (posted next) say so
         self.free_at = self.began + self.duration[ins.block]
+        if self.wall:
+            self.idle()
         self.posted = [(w, x) for w, x in self.posted if not w.is_completed()]
 
     def idle(self) -> None:
         """Sleep until the device's last task ends: real time keeps up with the device's."""
-        now = time.perf_counter()
-        if self.free_at > now:
-            time.sleep(self.free_at - now)
+        self._sleep(self.free_at - time.perf_counter())
+
+    @staticmethod
+    def _sleep(seconds: float) -> None:
+        if seconds > 0:
+            time.sleep(seconds)
 
     def drain(self) -> None:
         self.idle()
