@@ -196,9 +196,13 @@ TORCH_METHOD = {v[1]: v[0] for v in TORCH.values()}
 
 # ---- driver -------------------------------------------------------------------------------------
 def schedules(name: str, ranks: int, n: int, time_limit: float) -> dict[str, Schedule]:
-    p = library.build(name, ranks)
+    return schedules_on(library.build(name, ranks), n, time_limit, BASELINES)
+
+
+def schedules_on(p: Any, n: int, time_limit: float, baselines: Sequence[str]) -> dict[str, Schedule]:
+    """Every baseline that applies and tessel's search within the memory of 1F1B's peak, validated."""
     out: dict[str, Schedule] = {}
-    for m in BASELINES:
+    for m in baselines:
         if m in METHODS and why_not_method(m, p) is None:
             out[m] = run_method(m, p, n)
     memory = max(out["1f1b"].peak_memory) if "1f1b" in out else None
