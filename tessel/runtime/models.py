@@ -30,7 +30,7 @@ from torch import Tensor, nn
 from ..placement import Placement, PlacementError, make_placement
 from .dataflow import Dataflow, dataflow
 from .memory import GraphMemory, unit_bytes
-from .tp import Group, VocabParallelCrossEntropy, parallelize
+from .tp import Group, ShapeGroup, VocabParallelCrossEntropy, parallelize
 
 
 @dataclass(frozen=True)
@@ -355,11 +355,10 @@ def declare_kept(ex: Example, size: int = 2) -> Placement:
 
     The library's sharded blocks (a block on several devices: an embedding, a head, a fusion or a
     tensor-parallel layer) declare a fixed memory, mostly 0, though their graphs live until their
-    backward. Here each trained forward block of the whole model saves its activations for one
-    micro-batch of `size` samples; a block on k devices keeps on each the inputs it saved (every
-    rank holds them whole) and 1/k of the rest (its sharded intermediates), in the placement's
-    units: bytes per unit is the median, over the one-device trained blocks, of kept bytes /
-    declared memory. One-device blocks keep their
+    backward. Here each trained forward block saves its activations for one micro-batch of `size`
+    samples; a block on k devices is measured as one of its ranks runs it (`_kept_bytes`), in the
+    placement's units: bytes per unit is the median, over the one-device trained blocks, of kept
+    bytes / declared memory. One-device blocks keep their
     declared memory; a placement without one (no unit) is returned as it is.
     """
     p = ex.placement
@@ -388,8 +387,14 @@ def with_forward_memory(p: Placement, memory: Mapping[str, float]) -> Placement:
 
 
 def _kept_bytes(ex: Example, size: int) -> dict[str, int]:
-    """Bytes each trained forward block of the whole model saves for its backward, one micro-batch."""
-    blocks = {b: ex.whole(b).requires_grad_(b in ex.flow.backward) for b in ex.flow.forwards}
+    """Bytes each trained forward block saves for its backward on one of its devices, one micro-batch.
+
+    A block on k devices is built as rank 0 of k shards it (tp.ShapeGroup: sharded parameters,
+    collectives that keep their shapes) and measured as it runs there: its saved inputs whole, its
+    sharded intermediates, and the replicated ones (a layer norm's output feeding column-parallel
+    layers, a row-parallel layer's reduced output) whole, as every rank keeps them."""
+    blocks = {b: (ex.build(b, ShapeGroup(0, len(ex.flow.devices(b)))) if len(ex.flow.devices(b)) > 1
+                  else ex.whole(b)).requires_grad_(b in ex.flow.backward) for b in ex.flow.forwards}
     meter = GraphMemory(q for m in blocks.values() for q in m.parameters())
     meter.watch(blocks)
     batch = ex.batch(size)
@@ -401,11 +406,7 @@ def _kept_bytes(ex: Example, size: int) -> dict[str, int]:
                       for x, _ in ex.flow.in_edges[b]] + [batch[f].clone() for f in ex.feeds[b]]
             out[b] = blocks[b](*inputs)
             if b in ex.flow.backward:
-                whole = meter.block_bytes.get(b, 0)
-                inputs_kept = sum(t.untyped_storage().nbytes() for t in inputs
-                                  if t.untyped_storage().data_ptr() in meter.live)
-                k = len(ex.flow.devices(b))
-                kept[b] = inputs_kept + (whole - inputs_kept) // k
+                kept[b] = meter.block_bytes.get(b, 0)
     return kept
 
 
