@@ -69,3 +69,12 @@ def test_a_bad_unit_is_refused(unit: float) -> None:
 def test_emulate_usage_errors_are_one_line(argv: list[str], message: str, tessel: Run) -> None:
     rc, out, err = tessel(*argv)
     assert rc == 2 and message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_device_cuda_is_refused_in_one_line_without_cuda(tessel: Run) -> None:
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is available here")
+    rc, out, err = tessel("run", "--model", "mlp", "--device", "cuda", "--steps", "1")
+    assert rc == 2 and err.startswith("tessel: error: --device cuda: CUDA is not available here")
+    assert len(err.strip().splitlines()) == 1 and out == ""

@@ -66,6 +66,8 @@ class SleepingDevice:
     inputs, so wall time follows device time, and an input still missing then (a receive posted
     late, a producer whose process fell behind, a slow transport) delays the task in real time.
     A sleeping process's wake-up delay on a loaded host is not counted as device time.
+    A stamp goes right after its data to the same peer and its receive right after the data's,
+    so each pair's messages stay in posting order (NCCL ignores tags).
     """
 
     def __init__(self, placement: Placement, emulation: Emulation, ctx: Context) -> None:
@@ -85,14 +87,14 @@ class SleepingDevice:
     def receive(self, src: int, tag: int) -> None:
         if self.wall:
             return
-        buf = torch.zeros(1, dtype=torch.float64)
+        buf = torch.zeros(1, dtype=torch.float64, device=self.ctx.device)
         self.stamps[(src, tag)] = (buf, dist.irecv(buf, src, tag=STAMP_TAG + tag))
 
     def send(self, post: Callable[[], Any], tensor: Tensor, dst: int, tag: int) -> None:
         if self.wall:
             self.posted.append((post(), tensor))
             return
-        stamp = torch.tensor([self.free_at], dtype=torch.float64)
+        stamp = torch.tensor([self.free_at], dtype=torch.float64, device=self.ctx.device)
         self.posted += [(post(), tensor), (dist.isend(stamp, dst, tag=STAMP_TAG + tag), stamp)]
 
     def start(self, ins: Instruction, inputs: Sequence[tuple[int, int]], waits: Sequence[Any]) -> None:
@@ -101,7 +103,7 @@ class SleepingDevice:
             for w in waits:
                 w.wait()
             if len(devs) > 1:
-                dist.all_reduce(torch.zeros(1), group=self.ctx.group(devs))
+                dist.all_reduce(torch.zeros(1, device=self.ctx.device), group=self.ctx.group(devs))
             self.began = time.perf_counter()
             return
         if len(devs) == 1:
@@ -119,7 +121,7 @@ class SleepingDevice:
         if len(devs) > 1:
             # a collective task starts on all its devices together: they agree on the latest start
             # while the previous task runs out, as a GPU's host queues a collective ahead
-            t = torch.tensor([begin], dtype=torch.float64)
+            t = torch.tensor([begin], dtype=torch.float64, device=self.ctx.device)
             work = dist.all_reduce(t, dist.ReduceOp.MAX, group=self.ctx.group(devs), async_op=True)
             self.idle()
             work.wait()
