@@ -285,7 +285,8 @@ def _markdown(args: argparse.Namespace, rows: list[tuple[Any, ...]], ratio_rows:
     lines = [
         "# Realized step time on emulated devices vs the schedule's prediction; ours vs torch",
         "",
-        f"Emulated devices (`tessel.runtime.emulate`, device clock): 1 unit = {args.unit_ms:g} ms of sleep; "
+        f"Emulated devices (`tessel.runtime.emulate`, device clock, a rank's host may run one unit ahead of "
+        f"its device as a GPU's does): 1 unit = {args.unit_ms:g} ms of sleep; "
         f"activations of {args.features} floats per micro-batch sent with gloo by the real lowering and "
         f"executor in real processes; {args.micro_batches} micro-batches; {args.steps} timed steps per "
         f"schedule after one warm-up step; a step is barrier, program, barrier (rank 0's clock). Predicted = "

@@ -46,10 +46,16 @@ class Emulation:
     # every wake-up of a sleeping process counted, latency left out (the model torch's runtime can
     # be given too: bench/realized.py)
     clock: str = "device"
+    # device clock: how far a rank's host may run ahead of its device, in units (a GPU's host
+    # queues work ahead of its kernels): it looks at the next task's inputs that early, so a
+    # sleeping process that wakes late on a loaded host costs nothing until it is later than this
+    ahead: float = 1.0
 
     def __post_init__(self) -> None:
         if not self.unit_ms > 0 or self.unit_ms > 60_000:
             raise ValueError(f"emulated time unit must be in (0, 60000] ms, got {self.unit_ms!r}")
+        if not 0 <= self.ahead <= 1000:
+            raise ValueError(f"emulated run-ahead must be in [0, 1000] units, got {self.ahead!r}")
         if self.clock not in ("device", "wall"):
             raise ValueError(f"emulated clock must be 'device' or 'wall', got {self.clock!r}")
 
@@ -62,8 +68,8 @@ class SleepingDevice:
     in yet when the rank looks, the moment it arrives; a collective task at the latest of its
     devices' starts (an all-reduce of the maximum). A send is posted when its producer's block has
     run, before the sleep, as a GPU's host queues it behind the kernel; its stamp says when it is
-    ready. A rank sleeps until its device's previous task ends before it looks at the next one's
-    inputs, so wall time follows device time, and an input still missing then (a receive posted
+    ready. A rank sleeps until its device's previous task ends (less the run-ahead, `ahead` units)
+    before it looks at the next one's inputs, so wall time follows device time, and an input still missing then (a receive posted
     late, a producer whose process fell behind, a slow transport) delays the task in real time.
     A sleeping process's wake-up delay on a loaded host is not counted as device time.
     A stamp goes right after its data to the same peer and its receive right after the data's,
@@ -76,6 +82,7 @@ class SleepingDevice:
         self.devices = {b.id: b.devices for b in placement.blocks}
         self.delay = float(placement.latency) * self.unit if emulation.latency else 0.0
         self.wall = emulation.clock == "wall"
+        self.ahead = emulation.ahead * self.unit
         self.ctx = ctx
         self.began = self.free_at = 0.0
         self.stamps: dict[tuple[int, int], tuple[Tensor, Any]] = {}  # (src, tag) -> ready time, its work
@@ -107,7 +114,7 @@ class SleepingDevice:
             self.began = time.perf_counter()
             return
         if len(devs) == 1:
-            self.idle()  # the device is busy with the previous task until then
+            self.idle(self.ahead)  # the device is busy with the previous task until then
         pending = not all(w.is_completed() for w in waits)
         for w in waits:
             w.wait()
@@ -123,7 +130,7 @@ class SleepingDevice:
             # while the previous task runs out, as a GPU's host queues a collective ahead
             t = torch.tensor([begin], dtype=torch.float64, device=self.ctx.device)
             work = dist.all_reduce(t, dist.ReduceOp.MAX, group=self.ctx.group(devs), async_op=True)
-            self.idle()
+            self.idle(self.ahead)
             work.wait()
             begin = float(t)
         self.began = begin
@@ -135,9 +142,9 @@ class SleepingDevice:
             self.idle()
         self.posted = [(w, x) for w, x in self.posted if not w.is_completed()]
 
-    def idle(self) -> None:
-        """Sleep until the device's last task ends: real time keeps up with the device's."""
-        self._sleep(self.free_at - time.perf_counter())
+    def idle(self, ahead: float = 0.0) -> None:
+        """Sleep until `ahead` seconds before the device's last task ends: real time keeps up."""
+        self._sleep(self.free_at - ahead - time.perf_counter())
 
     @staticmethod
     def _sleep(seconds: float) -> None:
