@@ -96,10 +96,12 @@ def plain_gpt2(m_shape: Placement, ranks: int) -> Placement:
 
 
 def emulate(scheds: dict[str, Schedule], unit_ms: float, steps: int, features: int) -> dict[str, Any]:
+    import tempfile
     ranks = next(iter(scheds.values())).placement.devices
     docs = {k: s.to_dict() for k, s in scheds.items()}
-    res: dict[str, Any] = launch(realized.worker, ranks, (docs, unit_ms, steps, features, str(RESULTS)),
-                                 Options(timeout=1800, pg_timeout=300))[0]
+    with tempfile.TemporaryDirectory() as csv_dir:  # torch's runtime reads our exported CSV there
+        res: dict[str, Any] = launch(realized.worker, ranks, (docs, unit_ms, steps, features, csv_dir),
+                                     Options(timeout=1800, pg_timeout=300))[0]
     return res
 
 
