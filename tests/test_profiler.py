@@ -210,3 +210,87 @@ def test_cli_profile_module_imports_the_users_factory(tmp_path, monkeypatch, cap
     assert "s2" in capsys.readouterr().out
     assert main(["profile", "--module", "my_model:nothing", "-o", str(out)]) == 2
     assert "has no attribute 'nothing'" in capsys.readouterr().err
+
+
+# ---- trust: pinned threads, repeated until the spread is small, warnings with the figure ----------
+class Wide(nn.Module):
+    """An MLP block of about a millisecond on one thread: long enough to time reproducibly."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(256, 1024), nn.GELU(), nn.Linear(1024, 256))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+def _costs(prof) -> dict[str, float]:
+    return {b.id: float(b.duration) for b in prof.placement.blocks}
+
+
+def test_profiling_the_same_blocks_twice_agrees_within_10_percent_or_warns():
+    """Each block's share of the step's compute (what the search's choices depend on) agrees within
+    10% between two profiles, or a profile warned that its runs stayed spread out: never a silent
+    disagreement. (Absolute times move with the machine's load: on 2 shared cores the CPU time of
+    the same block moves by 25% and more between minutes, a busy sibling hyper-thread.)"""
+    torch.manual_seed(0)
+    mods = {f"s{i}.f": Wide() for i in range(2)}
+    x = (torch.randn(64, 256),)
+    shares, warned = [], False
+    for _ in range(2):
+        prof = profile(chain(2), mods, x, repeats=10, warmup=3)
+        warned = warned or bool(prof.warnings)
+        costs = _costs(prof)
+        per_block = {s: costs[f"{s}.f"] + costs[f"{s}.b"] for s in ("s0", "s1")}  # forward + backward
+        shares.append({b: t / sum(per_block.values()) for b, t in per_block.items()})
+    first, second = shares
+    agree = all(abs(second[b] - t) <= 0.10 * max(t, second[b]) for b, t in first.items())
+    assert agree or warned, (first, second)
+
+
+def test_threads_are_pinned_while_profiling_and_restored():
+    seen = []
+
+    class Probe(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(H, H)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            seen.append(torch.get_num_threads())
+            return self.lin(x)
+
+    torch.set_num_threads(2)
+    profile(chain(1), {"s0.f": Probe()}, (torch.randn(B, H),), repeats=2, warmup=0)
+    assert seen and set(seen) == {1}
+    assert torch.get_num_threads() == 2
+    with pytest.raises(ValueError, match="threads must be >= 1"):
+        profile(chain(1), {"s0.f": Probe()}, (torch.randn(B, H),), threads=0)
+
+
+def test_a_noisy_time_is_repeated_then_warned_about_with_its_spread(caplog):
+    import time as clock
+
+    class Jittery(nn.Module):
+        """Three forwards in four take 8 ms more: a spread no number of runs narrows."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin, self.calls = nn.Linear(H, H), 0
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            self.calls += 1
+            if self.calls % 4:
+                clock.sleep(0.008)
+            return self.lin(x)
+
+    m = Jittery()
+    with caplog.at_level("WARNING", logger="tessel.runtime.profiler"):
+        prof = profile(build_stages("one", 1, [Stage("s0", (0,), 1, 0, 0, memory=0)], []), {"s0.f": m},
+                       (torch.randn(B, H),), repeats=4, warmup=0)
+    forward = [w for w in prof.warnings if w.startswith("block s0.f forward")]
+    runs = int(forward[0].split("after ")[1].split(" runs")[0])
+    assert len(forward) == 1 and runs >= 16, prof.warnings  # 4 x repeats at least, then warned
+    spread = int(forward[0].split("still spreads ")[1].split("%")[0])
+    assert spread > 10
+    assert forward[0] in caplog.text

@@ -29,7 +29,7 @@ from .common import (
 from .environ import check_torchrun_env, wants_torchrun
 
 TOLERANCE = 1e-4  # relative error per tensor: |x - ref|max / |ref|max
-MODEL_NAMES = ("gpt", "kshape", "mlp")  # tessel.runtime.networks.MODELS, without importing torch here
+MODEL_NAMES = ("gpt", "kshape", "mlp", "emulated")  # tessel.runtime.networks.MODELS, without importing torch here
 # checked before any work: the example models are small, so a bigger batch only fills memory (a
 # micro-batch of 10**12 samples killed every rank in the allocator); seeds feed torch's 64-bit seeds
 MAX_MICRO_BATCH_SIZE = 65_536
@@ -44,9 +44,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                                    "with them: one process per device and replica (gloo on CPU, NCCL with "
                                    "CUDA). Under torchrun, each process runs its rank instead of launching; "
                                    "rank 0 searches the schedule and sends it to the others.")
-    p.add_argument("--model", required=True, choices=MODEL_NAMES,
+    p.add_argument("--model", choices=MODEL_NAMES,
                    help="example model (tessel.runtime.networks): gpt decoder, kshape two-branch encoder, "
-                        "mlp blocks on any placement")
+                        "mlp blocks on any placement, emulated elementwise stand-ins (required unless "
+                        "--emulate, whose default is emulated)")
     p.add_argument("--placement", metavar="NAME|FILE",
                    help="placement (default: the model's own: gpt->mllm, kshape->kshape, mlp->vshape)")
     p.add_argument("--devices", type=positive_int,
@@ -69,6 +70,16 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="compare loss and every gradient with a single-process run (relative error per "
                         f"tensor <= {TOLERANCE:g}) and each rank's executed order with the schedule's")
     p.add_argument("--programs", action="store_true", help="print the per-rank programs and exit")
+    p.add_argument("--emulate", type=positive_float("--emulate", "milliseconds"), metavar="UNIT_MS",
+                   help="emulated devices: every task takes its placement duration x UNIT_MS by sleeping "
+                        "(the model's own compute included), messages are real (tessel.runtime.emulate); "
+                        "prints the predicted step next to the measured one")
+    p.add_argument("--emulate-size", type=positive_int, default=1024, metavar="FLOATS",
+                   help="with --emulate and the emulated model: floats per sample of every activation "
+                        "(default 1024)")
+    p.add_argument("--device", choices=("cpu", "cuda"),
+                   help="cpu (gloo) or cuda (NCCL, one GPU per rank; refused without CUDA); default: cuda "
+                        "when available")
     p.add_argument("--timeout", type=positive_float("--timeout", "seconds", MAX_SECONDS), default=300.0,
                    help=f"seconds for the whole job (default 300, at most {MAX_SECONDS:,.0f})")
     p.add_argument("--oversubscribe", action="store_true",
@@ -80,6 +91,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 def _run(args: argparse.Namespace) -> int:
     # SIGINT and SIGTERM raise cli.interrupt.Interrupted (a KeyboardInterrupt) here, as in every
     # command: the launcher's clean-up (killing its ranks) runs on the way out, main() says so
+    _model_and_device(args)
     if not args.programs and wants_torchrun(os.environ):
         check_torchrun_env(os.environ, args.data_parallel)
         return _as_torchrun_rank(args)
@@ -107,11 +119,31 @@ def _run(args: argparse.Namespace) -> int:
           f"{schedule.micro_batches} micro-batches of {args.micro_batch_size}, "
           f"{schedule.placement.devices} processes{replicas}", flush=True)
     try:
-        reports = train(_job(args, schedule), Options(timeout=args.timeout, oversubscribe=args.oversubscribe))
+        reports = train(_job(args, schedule), Options(timeout=args.timeout, oversubscribe=args.oversubscribe,
+                                                      backend=_backend(args)))
     except LaunchError as e:
         print(f"tessel: run failed: {printable(str(e))}", file=sys.stderr)
         return 1
-    return _report(reports, args.check, schedule)
+    return _report(reports, args.check, schedule, args.emulate)
+
+
+def _model_and_device(args: argparse.Namespace) -> None:
+    """--model defaults to the emulated stand-ins under --emulate; --device cuda needs CUDA."""
+    if args.model is None:
+        if args.emulate is None:
+            raise UsageError("--model is required (or --emulate UNIT_MS, whose default model is emulated)")
+        args.model = "emulated"
+    if args.device == "cuda":
+        import torch
+        if not torch.cuda.is_available():
+            raise UsageError(f"--device cuda: CUDA is not available here (torch {torch.__version__}); "
+                             f"use --device cpu")
+        if torch.cuda.device_count() < 1:
+            raise UsageError("--device cuda: no GPU is visible (CUDA_VISIBLE_DEVICES?)")
+
+
+def _backend(args: argparse.Namespace) -> str | None:
+    return {"cpu": "gloo", "cuda": "nccl"}.get(args.device or "")
 
 
 def _schedule_file(ref: str) -> bool:
@@ -135,9 +167,16 @@ def _check_samples(args: argparse.Namespace, schedule: Schedule) -> None:
 
 
 def _job(args: argparse.Namespace, schedule: Schedule) -> Any:
+    from ..runtime.emulate import Emulation
+    from ..runtime.networks import Config
     from ..runtime.train import TrainJob
+    extra: dict[str, Any] = {}
+    if args.emulate is not None:
+        extra["emulate"] = Emulation(args.emulate)
+        if args.model == "emulated":
+            extra["config"] = Config(features=args.emulate_size)
     return TrainJob.of(args.model, schedule, steps=args.steps, micro_batch_size=args.micro_batch_size,
-                       lr=args.lr, seed=args.seed, check=args.check, replicas=args.data_parallel)
+                       lr=args.lr, seed=args.seed, check=args.check, replicas=args.data_parallel, **extra)
 
 
 def _schedule(args: argparse.Namespace) -> Schedule:
@@ -182,7 +221,7 @@ def _as_torchrun_rank(args: argparse.Namespace) -> int:
     from ..runtime import comm
     from ..runtime.train import run_job
     torch.set_num_threads(1)
-    ctx = comm.init(timeout=args.timeout, replicas=args.data_parallel)
+    ctx = comm.init(timeout=args.timeout, backend=_backend(args), replicas=args.data_parallel)
     try:
         schedule = _agreed_schedule(ctx, args)
         if ctx.world != schedule.placement.devices:
@@ -194,7 +233,7 @@ def _as_torchrun_rank(args: argparse.Namespace) -> int:
         comm.shutdown(ctx)
     if ctx.global_rank != 0:
         return 0
-    return _report(reports, args.check, schedule)
+    return _report(reports, args.check, schedule, args.emulate)
 
 
 def _agreed_schedule(ctx: Any, args: argparse.Namespace) -> Schedule:
@@ -218,7 +257,8 @@ def _gather(ctx: Any, report: Any) -> list[Any]:
 SHOWN_STEPS = 10  # a longer run shows its first and last SHOWN_STEPS steps, and the median of all
 
 
-def _report(reports: Sequence[Any], check: bool, schedule: Schedule | None = None) -> int:
+def _report(reports: Sequence[Any], check: bool, schedule: Schedule | None = None,
+            emulate: float | None = None) -> int:
     steps = len(reports[0].steps)
     rows: list[list[Any]] = []
     shown = range(steps) if steps <= 2 * SHOWN_STEPS + 1 else \
@@ -241,6 +281,13 @@ def _report(reports: Sequence[Any], check: bool, schedule: Schedule | None = Non
           f"{fmt([max(s.peak_graphs for s in r.steps) for r in reports])}")
     if schedule is not None:
         print(_memory_line(reports, schedule))
+    if schedule is not None and emulate is not None:
+        print(_emulated_line(times, schedule, emulate))
+        order = [e for r in reports for e in getattr(r, "order_errors", ())]
+        if order:
+            for e in order:
+                print(f"emulated run left the schedule's order: {e}", file=sys.stderr)
+            return 1
     return _verdict(reports) if check else 0
 
 
@@ -269,6 +316,18 @@ def _memory_line(reports: Sequence[Any], schedule: Schedule) -> str:
     off = [f"{b} declares {fmt(m)}, keeps {measured.get(b, 0) / unit:.2g}" for b, m in declared.items()
            if abs(measured.get(b, 0) / unit - m) > 0.1 * max(m, 1)]
     return line + ("\nblocks keeping other than they declare (units, per device): " + "; ".join(off) if off else "")
+
+
+def _emulated_line(times: Sequence[float], schedule: Schedule, unit_ms: float) -> str:
+    from ..runtime.emulate import replay_makespan
+    replay = replay_makespan(schedule)
+    predicted = replay * unit_ms / 1e3
+    timed = times[1:] or times  # the first step also learns the activations' shapes
+    median = statistics.median(timed)
+    return (f"emulated devices, 1 unit = {unit_ms:g} ms: predicted step {predicted:.4f} s (makespan "
+            f"{fmt(schedule.makespan)}, its orders as early as possible {fmt(replay)} units); median measured "
+            f"step after the first {median:.4f} s = {median / predicted:.3f} x predicted; every rank ran the "
+            f"schedule's order")
 
 
 def _verdict(reports: Sequence[Any]) -> int:

@@ -23,10 +23,10 @@ import logging
 import time
 import weakref
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 import torch.distributed as dist
@@ -75,6 +75,29 @@ def _check_grad(output: Tensor, grad: Tensor) -> None:
                              "must give gradients shaped like its forward's outputs")
 
 
+class Pacer(Protocol):
+    """A device model (emulate.py): how long each compute task takes, when each send leaves.
+
+    `begin_step` is called as a step's program starts; `start` before a compute task reads its
+    received inputs (`inputs`: their (src, tag), `waits`: their receives' works, which it awaits),
+    `finish` after its block ran; `receive` after a receive is posted; `send` gets a function that
+    posts one send; `drain`, at the end of a step, awaits whatever it still holds.
+    """
+
+    def begin_step(self) -> None: ...
+
+    def start(self, ins: Instruction, inputs: Sequence[tuple[int, int]], waits: Sequence[Any]) -> None: ...
+
+    def finish(self, ins: Instruction) -> None: ...
+
+    def receive(self, src: int, tag: int) -> None: ...
+
+    def send(self, post: Callable[[], Any], tensor: Tensor, dst: int, tag: int) -> None: ...
+
+    def drain(self) -> None: ...
+
+
+
 @dataclass(frozen=True)
 class StepResult:
     losses: dict[str, float]  # loss of each sink block on this rank, mean over the micro-batches
@@ -110,8 +133,8 @@ class Executor:
     """Runs rank `ctx.rank`'s program; `blocks` are the modules of the forward blocks on this rank."""
 
     def __init__(self, programs: Programs, ctx: Context, blocks: Mapping[str, nn.Module],
-                 feeds: Mapping[str, Sequence[str]], group: Any = None) -> None:
-        self.flow, self.ctx, self.group = programs.flow, ctx, group
+                 feeds: Mapping[str, Sequence[str]], group: Any = None, pacer: Pacer | None = None) -> None:
+        self.flow, self.ctx, self.group, self.pacer = programs.flow, ctx, group, pacer
         self.rank = ctx.rank if group is None else dist.get_rank(group)
         self.program = programs.ranks[self.rank]
         self.n = programs.micro_batches
@@ -176,10 +199,14 @@ class Executor:
                 p.grad = None
         st = _Step(mbs)
         start = time.perf_counter()
+        if self.pacer is not None:
+            self.pacer.begin_step()
         for i, ins in enumerate(self.program):
             with self._at(i, ins):
                 self._execute(i, ins, st)
         self.ctx.where = "the end of the step (waiting for sends)"
+        if self.pacer is not None:
+            self.pacer.drain()
         for work, _ in st.sends:
             work.wait()
         leftover = list(st.saved) + list(st.local) + list(st.inbox)
@@ -206,13 +233,25 @@ class Executor:
             packing = self.shapes[t.edge[0]]
             buf = torch.empty(packing.buffer_shape, dtype=packing.carrier, device=self.ctx.device)
             st.inbox[(t.src, t.tag)] = (buf, self._irecv(buf, t.src, t.tag))
+            if self.pacer is not None:
+                self.pacer.receive(t.src, t.tag)
         elif ins.op == "send":
             t = ins.transfer
             assert t is not None
             x = self._take(st, self._sent(ins), None)
-            st.sends.append((self._isend(x, t.dst, t.tag), x))
+            if self.pacer is not None:
+                self.pacer.send(lambda: self._isend(x, t.dst, t.tag), x, t.dst, t.tag)
+            else:
+                st.sends.append((self._isend(x, t.dst, t.tag), x))
         else:
+            if self.pacer is not None:
+                keys = [r for _, r in self.reads[i] if r is not None]
+                self.pacer.start(ins, keys, [st.inbox[k][1] for k in keys])
+                for k in keys:  # awaited: a gloo receive's work must not be awaited twice (it hangs)
+                    st.inbox[k] = (st.inbox[k][0], None)
             getattr(self, f"_{ins.op}")(ins, st, self.reads[i])
+            if self.pacer is not None:
+                self.pacer.finish(ins)
             st.sends = [(w, x) for w, x in st.sends if not w.is_completed()]
             st.graphs = [r for r in st.graphs if r() is not None]
             st.peak = max(st.peak, len(st.graphs))
@@ -235,7 +274,8 @@ class Executor:
     def _take(self, st: _Step, local: LocalKey | None, inbox: InboxKey | None) -> Tensor:
         if inbox is not None:
             buf, work = st.inbox.pop(inbox)
-            work.wait()
+            if work is not None:
+                work.wait()
             return buf
         assert local is not None
         entry = st.local[local]

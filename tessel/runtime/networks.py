@@ -10,6 +10,9 @@ cost model in costmodel/.)
   fusion block on all ranks, a tensor-parallel MLP and a classifier).
 - `mlp`: MLP blocks on any placement (chains such as `vshape`, `interleaved`, `zb`, or graphs):
   sources read features, a block reads the concatenation of its inputs, sinks classify.
+- `emulated`: elementwise blocks on any placement, activations of `features` floats per sample,
+  replicated on a block's devices: the stand-ins of emulated devices (emulate.py), whose time
+  comes from the placement, not from their compute.
 
 Every block is built whole and deterministically from the seed (so every rank and a single-process
 reference agree on the weights), then parallelised when its placement block spans several devices.
@@ -30,7 +33,7 @@ from ..errors import UsageError
 from ..placement import Placement, PlacementError, make_placement
 from .dataflow import Dataflow, dataflow
 from .memory import GraphMemory, unit_bytes
-from .tp import Group, VocabParallelCrossEntropy, parallelize
+from .tp import Group, ShapeGroup, VocabParallelCrossEntropy, parallelize
 
 
 @dataclass(frozen=True)
@@ -254,6 +257,34 @@ def _mlp_batch(cfg: Config, size: int, g: torch.Generator) -> dict[str, Tensor]:
             "y": torch.randint(0, cfg.classes, (size,), generator=g)}
 
 
+# ---- emulated devices' blocks ---------------------------------------------------------------
+class EmulatedBlock(ExampleBlock):
+    """tanh(sum of inputs * w + b), elementwise: real tensors and autograd at almost no compute."""
+
+    def __init__(self, cfg: Config, sink: bool) -> None:
+        super().__init__()
+        self.w = nn.Parameter(1 + 0.1 * torch.randn(cfg.features))
+        self.b = nn.Parameter(0.1 * torch.randn(cfg.features))
+        if sink:
+            self.loss = nn.MSELoss()
+
+    def body(self, *inputs: Tensor) -> Tensor:
+        return torch.tanh(torch.stack(inputs).sum(0) * self.w + self.b)
+
+
+def _emulated(flow: Dataflow, cfg: Config) -> dict[str, BlockSpec]:
+    specs = {}
+    for b in flow.forwards:
+        sink = b in flow.sinks
+        feeds = (("x",) if not flow.in_edges[b] else ()) + (("y",) if sink else ())
+        specs[b] = BlockSpec(partial(EmulatedBlock, cfg, sink), feeds)
+    return specs
+
+
+def _emulated_batch(cfg: Config, size: int, g: torch.Generator) -> dict[str, Tensor]:
+    return {"x": torch.randn(size, cfg.features, generator=g), "y": torch.randn(size, cfg.features, generator=g)}
+
+
 # ---- binding -----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class BlockSpec:
@@ -272,6 +303,7 @@ MODELS: dict[str, ModelKind] = {
     "gpt": ModelKind(_gpt, _gpt_batch, "mllm"),
     "kshape": ModelKind(_kshape, _kshape_batch, "kshape"),
     "mlp": ModelKind(_mlp, _mlp_batch, "vshape"),
+    "emulated": ModelKind(_emulated, _emulated_batch, "vshape"),
 }
 
 
@@ -326,11 +358,10 @@ def declare_kept(ex: Example, size: int = 2) -> Placement:
 
     The library's sharded blocks (a block on several devices: an embedding, a head, a fusion or a
     tensor-parallel layer) declare a fixed memory, mostly 0, though their graphs live until their
-    backward. Here each trained forward block of the whole model saves its activations for one
-    micro-batch of `size` samples; a block on k devices keeps on each the inputs it saved (every
-    rank holds them whole) and 1/k of the rest (its sharded intermediates), in the placement's
-    units: bytes per unit is the median, over the one-device trained blocks, of kept bytes /
-    declared memory. One-device blocks keep their
+    backward. Here each trained forward block saves its activations for one micro-batch of `size`
+    samples; a block on k devices is measured as one of its ranks runs it (`_kept_bytes`), in the
+    placement's units: bytes per unit is the median, over the one-device trained blocks, of kept
+    bytes / declared memory. One-device blocks keep their
     declared memory; a placement without one (no unit) is returned as it is.
     """
     p = ex.placement
@@ -359,8 +390,14 @@ def with_forward_memory(p: Placement, memory: Mapping[str, float]) -> Placement:
 
 
 def _kept_bytes(ex: Example, size: int) -> dict[str, int]:
-    """Bytes each trained forward block of the whole model saves for its backward, one micro-batch."""
-    blocks = {b: ex.whole(b).requires_grad_(b in ex.flow.backward) for b in ex.flow.forwards}
+    """Bytes each trained forward block saves for its backward on one of its devices, one micro-batch.
+
+    A block on k devices is built as rank 0 of k shards it (tp.ShapeGroup: sharded parameters,
+    collectives that keep their shapes) and measured as it runs there: its saved inputs whole, its
+    sharded intermediates, and the replicated ones (a layer norm's output feeding column-parallel
+    layers, a row-parallel layer's reduced output) whole, as every rank keeps them."""
+    blocks = {b: (ex.build(b, ShapeGroup(0, len(ex.flow.devices(b)))) if len(ex.flow.devices(b)) > 1
+                  else ex.whole(b)).requires_grad_(b in ex.flow.backward) for b in ex.flow.forwards}
     meter = GraphMemory(q for m in blocks.values() for q in m.parameters())
     meter.watch(blocks)
     batch = ex.batch(size)
@@ -372,11 +409,7 @@ def _kept_bytes(ex: Example, size: int) -> dict[str, int]:
                       for x, _ in ex.flow.in_edges[b]] + [batch[f].clone() for f in ex.feeds[b]]
             out[b] = blocks[b](*inputs)
             if b in ex.flow.backward:
-                whole = meter.block_bytes.get(b, 0)
-                inputs_kept = sum(t.untyped_storage().nbytes() for t in inputs
-                                  if t.untyped_storage().data_ptr() in meter.live)
-                k = len(ex.flow.devices(b))
-                kept[b] = inputs_kept + (whole - inputs_kept) // k
+                kept[b] = meter.block_bytes.get(b, 0)
     return kept
 
 

@@ -3,8 +3,16 @@
 Given a placement and one `nn.Module` per forward block, run the blocks of one micro-batch in
 dependency order and measure, per block:
 
-- forward and backward time: the median of `repeats` runs after `warmup` runs, on CPU or CUDA
-  (synchronised around each run). The backward is timed alone, from a fresh forward, with an
+- forward and backward time: the fastest of the timed runs after `warmup` runs, on CPU or CUDA
+  (synchronised around each run), with torch's intra-op threads pinned (`threads`, 1 by default,
+  as one rank of a job and as `tessel profile`). On a loaded machine runs are slowed, never sped
+  up, so the fast end of the distribution is the one that repeats; the fastest counts once a
+  quarter of the runs agree with it: `repeats` runs first, and while their lower quartile is
+  more than `SPREAD` (10%) above the fastest, more runs (at least 4 x `repeats` and 1 s of them,
+  so that a busy spell on the machine passes; at most 1000); a time still that
+  spread out is logged as a warning with its figure and listed in `Profile.warnings`. On CPU with
+  one thread, the clock is the thread's CPU time (`time.thread_time`): the time the process waited
+  for a core on a loaded machine is not counted, only its compute; otherwise wall time; The backward is timed alone, from a fresh forward, with an
   output gradient of the output's shape; where the placement splits a backward into an
   input-gradient block B and a weight-gradient block W, B is the input-gradient pass and W the
   rest of the full backward;
@@ -61,6 +69,7 @@ class Profile:
     device: str
     repeats: int
     bandwidth: float | None
+    warnings: tuple[str, ...] = ()  # times whose runs stayed spread out (block, pass, spread)
 
     def table(self) -> tuple[list[str], list[list[object]]]:
         heads = ["block", "forward ms", "backward ms", "input-grad ms", "activation MiB", "output MiB"]
@@ -74,19 +83,55 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _median_ms(run: Callable[[Any], Any], prepare: Callable[[], Any], device: torch.device,
-               warmup: int, repeats: int) -> float:
-    """Median wall time of `run(prepare())` in ms; `prepare` is not timed."""
-    times = []
-    for i in range(warmup + repeats):
+SPREAD = 0.10  # largest spread (lower quartile / fastest - 1) accepted without more runs
+MORE = 4  # while the spread stays above it: at least MORE x repeats timed runs and
+PATIENCE = 1.0  # seconds of them (a busy spell on the machine passes), at most
+MOST_RUNS = 1000  # runs
+
+
+@dataclass(frozen=True)
+class Timing:
+    """One measured time: the fastest run (ms), the spread (lower quartile / fastest - 1), runs timed."""
+    ms: float
+    spread: float
+    runs: int
+
+
+def quartiles(xs: Sequence[float]) -> tuple[float, float]:
+    """Lower and upper quartiles (linear interpolation; one value: itself twice)."""
+    if len(xs) == 1:
+        return xs[0], xs[0]
+    q = statistics.quantiles(xs, n=4, method="inclusive")
+    return q[0], q[2]
+
+
+def measure_ms(run: Callable[[Any], Any], prepare: Callable[[], Any], device: torch.device,
+               warmup: int, repeats: int, spread: float = SPREAD,
+               clock: Callable[[], float] = time.perf_counter) -> Timing:
+    """Time `run(prepare())` (`prepare` untimed) until a quarter of the runs are within `spread` of
+    the fastest, or MORE x `repeats` runs over PATIENCE seconds, or MOST_RUNS runs."""
+    times: list[float] = []
+
+    def once() -> float:
         state = prepare()
         _sync(device)
-        t0 = time.perf_counter()
+        t0 = clock()
         run(state)
         _sync(device)
-        if i >= warmup:
-            times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
+        return (clock() - t0) * 1e3
+
+    for _ in range(warmup):
+        once()
+    started = time.perf_counter()
+    while True:
+        times.append(once())
+        if len(times) < repeats:
+            continue
+        fastest, low = min(times), quartiles(times)[0]
+        width = low / fastest - 1 if fastest > 0 else 0.0
+        patient = len(times) >= MORE * repeats and time.perf_counter() - started >= PATIENCE
+        if width <= spread or patient or len(times) >= MOST_RUNS:
+            return Timing(fastest, width, len(times))
 
 
 def _tensors(x: Any) -> list[Tensor]:
@@ -147,33 +192,39 @@ class _Run:
     warmup: int
     repeats: int
 
-    def forward_ms(self) -> float:
+    @property
+    def clock(self) -> Callable[[], float]:
+        """CPU time of this thread on CPU with one torch thread (waiting for a core is not compute)."""
+        one = self.device.type == "cpu" and torch.get_num_threads() == 1
+        return time.thread_time if one else time.perf_counter
+
+    def forward_ms(self) -> Timing:
         with torch.set_grad_enabled(self.trains):
-            return _median_ms(lambda a: self.module(*a), lambda: _detached(self.args, self.trains),
-                              self.device, self.warmup, self.repeats)
+            return measure_ms(lambda a: self.module(*a), lambda: _detached(self.args, self.trains),
+                              self.device, self.warmup, self.repeats, clock=self.clock)
 
     def _fresh(self) -> tuple[tuple[Any, ...], list[Tensor], list[Tensor]]:
         args = _detached(self.args, True)
         outs, grads = _output_grads(self.module(*args))
         return args, outs, grads
 
-    def backward_ms(self) -> float:
-        return _median_ms(lambda s: torch.autograd.backward(s[1], s[2]), self._fresh,
-                          self.device, self.warmup, self.repeats)
+    def backward_ms(self) -> Timing:
+        return measure_ms(lambda s: torch.autograd.backward(s[1], s[2]), self._fresh,
+                          self.device, self.warmup, self.repeats, clock=self.clock)
 
-    def input_grad_ms(self) -> float:
+    def input_grad_ms(self) -> Timing:
         """The input-gradient pass alone (the B of a split backward)."""
         def run(s: tuple[tuple[Any, ...], list[Tensor], list[Tensor]]) -> None:
             leaves = [a for a in pytree.tree_leaves(list(s[0])) if isinstance(a, Tensor) and a.requires_grad]
             if leaves:
                 torch.autograd.grad(s[1], leaves, s[2], allow_unused=True)
-        return _median_ms(run, self._fresh, self.device, self.warmup, self.repeats)
+        return measure_ms(run, self._fresh, self.device, self.warmup, self.repeats, clock=self.clock)
 
 
 def profile(placement: Placement, modules: Mapping[str, nn.Module],
             inputs: Sequence[Any] | Mapping[str, Sequence[Any]], *, device: str = "cpu",
             warmup: int = 2, repeats: int = 5, bandwidth: float | None = None, alpha: float = 0.0,
-            sharded_modules: bool = False) -> Profile:
+            sharded_modules: bool = False, threads: int | None = 1) -> Profile:
     """Measure every forward block's module (and its backward where the placement has one) on
     one micro-batch; return the measurements and the placement in ms and MiB.
 
@@ -181,8 +232,23 @@ def profile(placement: Placement, modules: Mapping[str, nn.Module],
     `inputs`: one tuple given to every block without a forward predecessor, or a mapping from
     block id to extra arguments (a source's data, a sink's targets).
     `bandwidth` in bytes/s and `alpha` in seconds set the latency; without a bandwidth the
-    placement's latency stays.
+    placement's latency stays. `threads`: torch's intra-op threads while measuring (restored after;
+    None leaves them as they are).
     """
+    if threads is not None and threads < 1:
+        raise ValueError(f"threads must be >= 1, got {threads}")
+    before = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        return _profile(placement, modules, inputs, device, warmup, repeats, bandwidth, alpha, sharded_modules)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _profile(placement: Placement, modules: Mapping[str, nn.Module],
+             inputs: Sequence[Any] | Mapping[str, Sequence[Any]], device: str, warmup: int, repeats: int,
+             bandwidth: float | None, alpha: float, sharded_modules: bool) -> Profile:
     if repeats < 1 or warmup < 0:
         raise UsageError(f"repeats must be >= 1 and warmup >= 0, got {repeats} and {warmup}")
     if bandwidth is not None and not bandwidth > 0:
@@ -195,15 +261,16 @@ def profile(placement: Placement, modules: Mapping[str, nn.Module],
     grads = _gradient_blocks(placement)
     outputs: dict[str, Any] = {}
     measured = []
+    warnings: list[str] = []
     for bid in forwards:
         args = _block_args(placement, bid, outputs, inputs, dev)
         run = _Run(modules[bid].to(dev), args, bid in grads, dev, warmup, repeats)
-        measured.append(_measure(bid, run, "weight" in grads.get(bid, {}), outputs))
+        measured.append(_measure(bid, run, "weight" in grads.get(bid, {}), outputs, warnings))
         log.info("profiled %s: forward %.3f ms, backward %.3f ms, activation %d bytes", bid,
                  measured[-1].forward_ms, measured[-1].backward_ms, measured[-1].activation_bytes)
     scaled = tuple(_per_device(m, placement, sharded_modules) for m in measured)
     out = _placement_of(placement, scaled, grads, bandwidth, alpha)
-    return Profile(out, scaled, str(dev), repeats, bandwidth)
+    return Profile(out, scaled, str(dev), repeats, bandwidth, tuple(warnings))
 
 
 def _gradient_blocks(p: Placement) -> dict[str, dict[str, str]]:
@@ -228,18 +295,27 @@ def _block_args(p: Placement, bid: str, outputs: Mapping[str, Any],
     return tuple(outputs[a] for a in preds) + extra  # each predecessor's output as one argument, as the runtime
 
 
-def _measure(bid: str, run: _Run, split: bool, outputs: dict[str, Any]) -> BlockProfile:
-    fwd = run.forward_ms()
+def _measure(bid: str, run: _Run, split: bool, outputs: dict[str, Any], warnings: list[str]) -> BlockProfile:
+    timings = {"forward": run.forward_ms()}
     if run.trains:
         out, act = saved_bytes(run.module, _detached(run.args, True))
-        bwd = run.backward_ms()
-        ig = run.input_grad_ms() if split else 0.0
+        timings["backward"] = run.backward_ms()
+        if split:
+            timings["input-gradient"] = run.input_grad_ms()
     else:
         with torch.no_grad():
             out = run.module(*run.args)
-        act, bwd, ig = 0, 0.0, 0.0
+        act = 0
+    for what, t in timings.items():
+        if t.spread > SPREAD:
+            warnings.append(f"block {bid} {what}: after {t.runs} runs the fastest quarter still spreads {t.spread:.0%} "
+                            f"above the fastest, {t.ms:.3g} ms (more than {SPREAD:.0%}): a loaded machine? its "
+                            f"cost is uncertain")
+            log.warning("%s", warnings[-1])
     outputs[bid] = _detach_all(out)
-    return BlockProfile(bid, fwd, bwd, ig, act, sum(t.nbytes for t in _tensors(out)))
+    ms = {k: t.ms for k, t in timings.items()}
+    return BlockProfile(bid, ms["forward"], ms.get("backward", 0.0), ms.get("input-gradient", 0.0), act,
+                        sum(t.nbytes for t in _tensors(out)))
 
 
 def _detach_all(x: Any) -> Any:
@@ -305,7 +381,7 @@ def profile_modules(modules: Mapping[str, nn.Module] | Sequence[nn.Module], inpu
     `inputs` are the first block's arguments for one micro-batch; every other block reads its
     predecessor's output. With `split_weight`, each backward is measured as an input-gradient
     block B and a weight-gradient block W. `options` go to `profile` (device, warmup, repeats,
-    bandwidth, alpha).
+    bandwidth, alpha, threads).
     """
     from ..builder import Stage, build_stages
     named = dict(modules) if isinstance(modules, Mapping) else {f"s{i}": m for i, m in enumerate(modules)}

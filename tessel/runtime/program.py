@@ -216,18 +216,21 @@ def _check_matching(progs: Programs) -> None:
 
 
 def _check_pair_order(progs: Programs) -> None:
-    """Per pair of ranks, receives are posted in send order (what order-matching transports need)."""
-    seq: dict[tuple[int, int], list[int]] = defaultdict(list)
-    got: dict[tuple[int, int], list[int]] = defaultdict(list)
+    """Per ordered pair of ranks, receives are posted in send order: NCCL ignores tags and matches a
+    pair's point-to-point messages in the order they are posted. Names the first mismatch."""
+    sent: dict[tuple[int, int], list[Transfer]] = defaultdict(list)
+    got: dict[tuple[int, int], list[Transfer]] = defaultdict(list)
     for prog in progs.ranks:
         for ins in prog:
             if ins.transfer is not None:
                 t = ins.transfer
-                (seq if ins.op == "send" else got)[(t.src, t.dst)].append(t.tag)
-    for pair, tags in seq.items():
-        if got[pair] != tags:
-            raise ScheduleError(f"rank {pair[1]} posts its receives from rank {pair[0]} in another order "
-                                f"than rank {pair[0]} sends them")
+                (sent if ins.op == "send" else got)[(t.src, t.dst)].append(t)
+    for (src, dst), ts in sorted(sent.items()):
+        for k, (a, b) in enumerate(zip(ts, got[(src, dst)])):
+            if a != b:
+                raise ScheduleError(f"rank {dst} posts its receives from rank {src} in another order than rank "
+                                    f"{src} sends them (an order-matching transport such as NCCL would pair "
+                                    f"them wrongly): message {k + 1} sent is {a}, message {k + 1} received is {b}")
 
 
 def _simulate(progs: Programs, flow: Dataflow) -> None:

@@ -21,20 +21,37 @@ from torch import Tensor, nn
 
 from ..errors import PipelineError
 
-Group = Any  # a torch.distributed ProcessGroup
+Group = Any  # a torch.distributed ProcessGroup, or a ShapeGroup
+
+
+class ShapeGroup:
+    """Stands for rank `rank` of a group of `size` inside one process, to measure what one rank of a
+    sharded block keeps for its backward (models.declare_kept): parameters shard as on that rank and
+    collectives keep their shapes (an all-reduce copies, an all-gather repeats); the values are not
+    a real group's."""
+
+    def __init__(self, rank: int, size: int) -> None:
+        if not 0 <= rank < size:
+            raise ValueError(f"rank {rank} is not in a group of {size}")
+        self.rank, self.size = rank, size
 
 
 def group_rank(group: Group | None) -> int:
+    if isinstance(group, ShapeGroup):
+        return group.rank
     return 0 if group is None else dist.get_rank(group)
 
 
 def group_size(group: Group | None) -> int:
+    if isinstance(group, ShapeGroup):
+        return group.size
     return 1 if group is None else dist.get_world_size(group)
 
 
 def _all_reduce(x: Tensor, group: Group, op: Any = dist.ReduceOp.SUM) -> Tensor:
     x = x.contiguous().clone()
-    dist.all_reduce(x, op=op, group=group)
+    if not isinstance(group, ShapeGroup):
+        dist.all_reduce(x, op=op, group=group)
     return x
 
 
@@ -66,7 +83,10 @@ class _GatherFromGroup(torch.autograd.Function):
     def forward(ctx: Any, x: Tensor, group: Group) -> Tensor:
         ctx.rank, ctx.size = group_rank(group), group_size(group)
         parts = [torch.empty_like(x) for _ in range(ctx.size)]
-        dist.all_gather(parts, x.contiguous(), group=group)
+        if isinstance(group, ShapeGroup):
+            parts = [x.contiguous().clone() for _ in range(ctx.size)]
+        else:
+            dist.all_gather(parts, x.contiguous(), group=group)
         return torch.cat(parts, dim=-1)
 
     @staticmethod

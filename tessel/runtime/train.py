@@ -21,12 +21,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch import Tensor, nn
 
 from ..errors import LaunchError
 from ..schedule import Schedule, schedule_from_dict
 from . import wire
 from .comm import Context, make_groups
+from .emulate import Emulation, SleepingDevice
 from .executor import Executor, StepResult
 from .launch import Options, launch
 from .memory import GraphMemory
@@ -48,6 +50,8 @@ class TrainJob:
     check: bool = False
     config: Config = field(default_factory=Config)
     replicas: int = 1  # data-parallel replicas of the pipeline
+    emulate: Emulation | None = None  # sleeping devices (emulate.py): every step's order is checked
+
 
     @staticmethod
     def of(model: str, schedule: Schedule, **kw: Any) -> TrainJob:
@@ -158,7 +162,8 @@ def run_job(ctx: Context, job: TrainJob) -> RankReport:
     make_groups(ctx, [b.devices for b in schedule.placement.blocks])
     blocks = {b: ex.build(b, ctx.group(ex.flow.devices(b)) if len(ex.flow.devices(b)) > 1 else None).to(ctx.device)
               for b in ex.flow.forwards if ctx.rank in ex.flow.devices(b)}
-    executor = _Recording(lower(schedule), ctx, blocks, ex.feeds)
+    pacer = SleepingDevice(schedule.placement, job.emulate, ctx) if job.emulate is not None else None
+    executor = _Recording(lower(schedule), ctx, blocks, ex.feeds, pacer=pacer)
     params = executor.parameters()
     meter = GraphMemory(p for m in blocks.values() for p in m.parameters())
     meter.watch(blocks)
@@ -168,6 +173,8 @@ def run_job(ctx: Context, job: TrainJob) -> RankReport:
         batch = ex.batch(job.micro_batch_size * schedule.micro_batches * ctx.replicas,
                          seed=job.seed * 100_003 + step)
         executor.executed = []
+        if pacer is not None:  # every rank starts the step together: its time is the step's
+            dist.barrier()
         with meter.measuring():
             result = executor.run(_replica_part(batch, ctx))
         ctx.all_reduce_mean([p.grad for p in params if p.grad is not None])
@@ -177,6 +184,8 @@ def run_job(ctx: Context, job: TrainJob) -> RankReport:
         orders.append(list(executor.executed))
         sgd_step(params, job.lr)
     errors = order_errors(schedule, ctx.rank, orders[0]) if job.check and orders else []
+    if job.emulate is not None:
+        errors = [e for o in orders for e in order_errors(schedule, ctx.rank, o)][:3]
     log.info("rank %d: %d steps of %s", ctx.rank, job.steps, schedule.placement.name)
     return RankReport(ctx.rank, tuple(blocks), tuple(steps), dict(meter.block_bytes), tuple(errors), ctx.replica)
 
