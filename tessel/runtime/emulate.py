@@ -26,6 +26,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from ..errors import ExecutionError, UsageError
 from ..placement import Placement
 from ..schedule import Schedule
 from ..timing import earliest_starts, orders_of
@@ -53,11 +54,11 @@ class Emulation:
 
     def __post_init__(self) -> None:
         if not self.unit_ms > 0 or self.unit_ms > 60_000:
-            raise ValueError(f"emulated time unit must be in (0, 60000] ms, got {self.unit_ms!r}")
+            raise UsageError(f"emulated time unit must be in (0, 60000] ms, got {self.unit_ms!r}")
         if not 0 <= self.ahead <= 1000:
-            raise ValueError(f"emulated run-ahead must be in [0, 1000] units, got {self.ahead!r}")
+            raise UsageError(f"emulated run-ahead must be in [0, 1000] units, got {self.ahead!r}")
         if self.clock not in ("device", "wall"):
-            raise ValueError(f"emulated clock must be 'device' or 'wall', got {self.clock!r}")
+            raise UsageError(f"emulated clock must be 'device' or 'wall', got {self.clock!r}")
 
 
 class SleepingDevice:
@@ -157,7 +158,7 @@ class SleepingDevice:
             work.wait()
         self.posted = []
         if self.stamps:
-            raise RuntimeError(f"rank {self.ctx.rank}: stamps of {sorted(self.stamps)[:3]} never read")
+            raise ExecutionError(f"rank {self.ctx.rank}: stamps of {sorted(self.stamps)[:3]} never read")
 
 
 # ---- results -------------------------------------------------------------------------------------

@@ -236,7 +236,7 @@ def profile(placement: Placement, modules: Mapping[str, nn.Module],
     None leaves them as they are).
     """
     if threads is not None and threads < 1:
-        raise ValueError(f"threads must be >= 1, got {threads}")
+        raise UsageError(f"threads must be >= 1, got {threads}")
     before = torch.get_num_threads()
     if threads is not None:
         torch.set_num_threads(threads)

@@ -42,7 +42,7 @@ class SignedStore(Store):
     def __init__(self, inner: Any, key: bytes) -> None:
         super().__init__()
         if len(key) < 16:
-            raise ValueError("a job key has at least 16 bytes")
+            raise StoreError("a job key has at least 16 bytes: give the launcher's secret")
         self.inner, self._key = inner, key
         self._written: dict[str, str] = {}  # key -> hidden name, of what this process wrote
         self._lock = threading.Lock()

@@ -32,7 +32,7 @@ class ShapeGroup:
 
     def __init__(self, rank: int, size: int) -> None:
         if not 0 <= rank < size:
-            raise ValueError(f"rank {rank} is not in a group of {size}")
+            raise PipelineError(f"rank {rank} is not in a group of {size}: give 0 <= rank < size")
         self.rank, self.size = rank, size
 
 
