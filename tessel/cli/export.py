@@ -34,8 +34,12 @@ def _export(args: argparse.Namespace) -> int:
         print("torchtitan lays stages out only as 'loop' (stage s on rank s mod p) or 'v' (rank r: stages r "
               "and 2p-1-r); run this CSV with _PipelineScheduleRuntime and the stages listed above")
         return 0
-    print(f"torchtitan settings ({e.layout!r} layout; docs/torchtitan.md):\n  [parallelism]")
-    for k, v in keys.items():
-        print(f"  {k} = {v!r}".replace("'", '"'))
-    print(f"  pipeline_parallel_microbatch_size = M  # with [training] local_batch_size = {e.micro_batches} x M")
+    per_rank = len(e.stages) // len(e.rows)
+    print(f"torchtitan ({e.layout!r} layout, {per_rank} stage(s) per rank; docs/torchtitan.md), with M "
+          f"samples per micro-batch:")
+    flags = [f"--parallelism.{k} {v}" for k, v in keys.items()]
+    flags += ["--parallelism.pipeline_parallel_microbatch_size M", f"--training.local_batch_size {e.micro_batches}*M"]
+    print("  " + " \\\n  ".join(flags))
+    if per_rank > 2:  # torchtitan makes 2 stages per rank unless told the layers per stage
+        print(f"  and --parallelism.pipeline_parallel_layers_per_stage L such that it cuts {len(e.stages)} stages")
     return 0

@@ -118,12 +118,9 @@ class Export:
         """torchtitan's `[parallelism]` settings for this CSV; empty when it cannot lay it out."""
         if self.torchtitan_schedule is None:
             return {}
-        keys: dict[str, Any] = {"pipeline_parallel_degree": len(self.rows),
-                                "pipeline_parallel_schedule": self.torchtitan_schedule,
-                                "pipeline_parallel_schedule_csv": csv_path}
-        if len(self.stages) // len(self.rows) > 2:  # torchtitan's default is 2 stages per rank
-            keys["pipeline_parallel_layers_per_stage"] = f"(layers + 2) / {len(self.stages)}"
-        return keys
+        return {"pipeline_parallel_degree": len(self.rows),
+                "pipeline_parallel_schedule": self.torchtitan_schedule,
+                "pipeline_parallel_schedule_csv": csv_path}
 
 
 def export(schedule: Schedule) -> Export:
