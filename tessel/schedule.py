@@ -300,7 +300,12 @@ class Schedule:
     def unroll(self, micro_batches: int, check: bool = True) -> Schedule:
         """Repeat the repetend so the schedule covers `micro_batches`, without any search."""
         if self.repetend is None:
-            raise ScheduleError("this schedule carries no repetend to unroll")
+            method = self.meta.get("method")
+            made = f" (made by {method})" if isinstance(method, str) else ""
+            raise ScheduleError(f"this schedule{made} is for {self.micro_batches} micro-batches and carries no "
+                                f"repetend to unroll to {micro_batches}: make it for {micro_batches} instead "
+                                f"(the same search, baseline or plan with -n {micro_batches}), or run it with "
+                                f"{self.micro_batches}")
         return unroll(self, micro_batches, check)
 
     # ---- I/O ---------------------------------------------------------------------------------

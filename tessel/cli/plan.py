@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 from ..costmodel import HARDWARE, SPECS, hardware
 from ..plan import Cluster, Plan, Row, load_model, plan
-from ..plan.planner import Progress
+from ..plan.planner import Progress, picked
 from .common import UsageError, positive_float, positive_int, print_table, seconds
 from .outputs import add_output_args, write_outputs
 
@@ -67,8 +67,9 @@ def _plan(args: argparse.Namespace) -> int:
     if args.placement_out:
         best.candidate.placement.save(args.placement_out)
         print(f"wrote {args.placement_out}")
-    if best.schedule is not None:
-        write_outputs(best.schedule.with_meta(plan=result.why, placement_family=best.candidate.name), args)
+    chosen = picked(result)
+    if chosen is not None:
+        write_outputs(chosen, args)
     return 0
 
 

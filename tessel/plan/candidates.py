@@ -67,6 +67,7 @@ class Candidate:
     budget: tuple[int, ...]  # MiB per device left for activations
     replicas: int = 1
     baseline: str | None = None   # the hand-made schedule run on it (1F1B's order on a shaped one: 1F1B+)
+    units: tuple[tuple[str, tuple[str, ...]], ...] = ()  # forward block -> the model's units it runs
 
     @property
     def name(self) -> str:
@@ -75,8 +76,9 @@ class Candidate:
 
     @staticmethod
     def of(family: str, tp: int, recompute: str, model: PlacedModel, baseline: str | None) -> Candidate:
+        units = tuple((f"{p.name}.f", p.units) for p in model.parts)
         return Candidate(family, tp, recompute, model.placement(), model.memory_budget(), model.replicas,
-                         baseline)
+                         baseline, units if all(u for _, u in units) else ())
 
 
 def candidates(spec: ModelSpec, cluster: Cluster, tp: Sequence[int] | None = None) -> Iterator[Candidate]:
@@ -218,7 +220,7 @@ def stages(chain: Sequence[Unit], groups: Sequence[Group], prefix: str,
         costs = [chain[i].cost(g) for i in r]
         if recompute(k):
             costs = [recomputed(c) if chain[i].layer else c for c, i in zip(costs, r)]
-        parts.append(Part(f"{prefix}{k}", g, combine(*costs)))
+        parts.append(Part(f"{prefix}{k}", g, combine(*costs), tuple(chain[i].name for i in r)))
     return parts
 
 
@@ -265,7 +267,7 @@ def with_auto_recompute(model: PlacedModel) -> PlacedModel:
         pos, depth = order.get(p.name, (0, 1))
         need = (depth - pos) * p.cost.activation / (1024 ** 2)
         if need > min(budget[d] for d in p.devices):
-            p = Part(p.name, p.devices, recomputed(p.cost))
+            p = replace(p, cost=recomputed(p.cost))
         parts.append(p)
     return replace(model, parts=tuple(parts), name=model.name + "-rc")
 

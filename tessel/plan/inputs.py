@@ -70,7 +70,8 @@ def from_placement(p: Placement, cluster: Cluster) -> ModelInput:
     if p.devices == cluster.devices:
         budget = (int(cluster.hardware.usable() // MIB),) * p.devices
         fwd = "1f1b" if p.is_training else "gpipe"
-        given = Candidate("given", 1, "as given", p, budget, 1, fwd if why_not(fwd, p) is None else None)
+        same = tuple((u.name, (u.name,)) for u in units)  # the user's own blocks, unchanged
+        given = Candidate("given", 1, "as given", p, budget, 1, fwd if why_not(fwd, p) is None else None, same)
     return ModelInput(spec, given)
 
 

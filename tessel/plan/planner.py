@@ -15,6 +15,7 @@ import math
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..baselines import BaselineError
 from ..bounds import lower_bound, period_lower_bound
@@ -224,3 +225,17 @@ def explain(best: Row, base: Row | None, rows: Sequence[Row]) -> str:
         lines.append(f"Peak activation memory {peak / 1024:.1f} GiB of the {budget / 1024:.1f} GiB its weights "
                      "leave on the fullest device.")
     return " ".join(lines)
+
+
+def picked(result: Plan, row: Row | None = None) -> Schedule | None:
+    """The schedule of `row` (default the best) as a plan writes it: why it was chosen, its
+    placement family and, where known, which of the model's blocks each of its forward blocks runs
+    (`meta["blocks"]`, what `tessel.runtime.mapped` reads to run it on the user's own blocks)."""
+    row = row or result.best
+    if row.schedule is None:
+        return None
+    meta: dict[str, Any] = {"plan": result.why, "placement_family": row.candidate.name}
+    if row.candidate.units:
+        meta["blocks"] = {b: list(u) for b, u in row.candidate.units}
+    return row.schedule.with_meta(**meta)
+
