@@ -62,7 +62,7 @@ def _plan(args: argparse.Namespace) -> int:
     with _bar() as progress:
         result = plan(model.spec, cluster, args.micro_batches, time_limit=args.time_limit, given=model.given,
                       progress=progress)
-    print_plan(result)
+    print_plan(result, model.description)
     best = result.best
     if args.placement_out:
         best.candidate.placement.save(args.placement_out)
@@ -73,11 +73,20 @@ def _plan(args: argparse.Namespace) -> int:
     return 0
 
 
-def print_plan(result: Plan) -> None:
+def print_plan(result: Plan, description: str = "") -> None:
     rows = [_cells(k, r) for k, r in enumerate(result.rows, 1)]
     print_table(["#", "placement", "method", "period bound ms", "makespan s", "peak/budget GiB", "search s",
-                 "status"], rows, title=f"{result.model} on {result.devices} devices, "
+                 "status"], rows, title=f"{description or result.model} on {result.devices} devices, "
                                         f"{result.micro_batches} micro-batches")
+    seen: dict[str, str] = {}
+    for r in result.rows:
+        seen.setdefault(r.candidate.family, r.candidate.help)
+    print("placement names (tpT: T devices per tensor-parallel group, each splitting a layer's matrices):")
+    for name, text in seen.items():
+        print(f"  {name}: {text}")
+    if any(r.candidate.recompute != "as given" for r in result.rows):
+        print("  rc:auto: layers recomputed in the backward on the stages where 1F1B's activations would not fit")
+    print("peak/budget: activation memory at its peak on the fullest device / what its weights leave free")
     print(result.why)
 
 

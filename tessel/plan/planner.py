@@ -53,6 +53,8 @@ class Row:
         if self.schedule is None:
             return None
         peaks, budget = self.schedule.peak_memory, self.candidate.budget
+        if not self.schedule.placement.is_training and self.candidate.working:
+            peaks = self.candidate.working  # inference keeps nothing: its peak is one block's activation
         d = max(range(len(peaks)), key=lambda k: peaks[k] / max(budget[k], 1))
         return float(peaks[d]), float(budget[d])
 
