@@ -14,7 +14,7 @@ from .errors import LimitError, PlacementError, ScheduleError, quote
 from .io import atomic_write, read_document
 from .numeric import EPS as EPS
 from .numeric import snap as _num
-from .placement import MAX_VALUE, Number, Placement, in_range, placement_from_dict
+from .placement import MAX_VALUE, Number, Placement, check_fields, in_range, placement_from_dict
 
 __all__ = ["Schedule", "ScheduleError", "Task", "Repetend", "Violation", "schedule_from_dict", "check_task_count"]
 
@@ -362,6 +362,7 @@ def schedule_from_dict(doc: Any, source: str = "schedule", check: bool = False) 
     if doc.get("format") != FORMAT or type(version) is not int or version != VERSION:
         raise ScheduleError(f"{source}: not a {FORMAT} version {VERSION} document "
                             f"(format {quote(doc.get('format'))}, version {quote(version)})")
+    check_fields(doc, SCHEDULE_FIELDS, source, ScheduleError)
     try:
         placement = placement_from_dict(_require(doc, "placement", (dict,), source), f"{source}: placement")
     except PlacementError as e:
@@ -383,6 +384,11 @@ def schedule_from_dict(doc: Any, source: str = "schedule", check: bool = False) 
     return s.validate() if check else s
 
 
+SCHEDULE_FIELDS = ("format", "version", "placement", "memory_limit", "micro_batches", "tasks", "repetend", "meta")
+TASK_FIELDS = ("block", "micro_batch", "start")
+TASK_KEYS = frozenset(TASK_FIELDS)
+
+
 def _tasks_from_doc(items: list[Any], placement: Placement, n: int, source: str) -> list[Task]:
     if len(items) > n * len(placement.blocks):
         raise ScheduleError(f"{source}: {len(items):,} tasks for {n} micro-batches of "
@@ -392,6 +398,8 @@ def _tasks_from_doc(items: list[Any], placement: Placement, n: int, source: str)
         where = f"{source}: tasks[{i}]"
         if not isinstance(t, Mapping):
             raise ScheduleError(f"{where} must be an object")
+        if t.keys() != TASK_KEYS:  # all three are required: any other key set has a stranger in it or a gap
+            check_fields(t, TASK_FIELDS, where, ScheduleError)
         tasks.append(Task(_require(t, "block", (str,), where), _require(t, "micro_batch", (int,), where),
                           _require(t, "start", (int, float), where)))
     return tasks

@@ -7,7 +7,16 @@ from typing import Any
 
 from ..search import MODES, OBJECTIVES, search
 from ..viz.progress import ProgressLine
-from .common import add_memory_arg, add_placement_args, fmt, positive_int, print_summary, resolve_placement, seconds
+from .common import (
+    UsageError,
+    add_memory_arg,
+    add_placement_args,
+    fmt,
+    positive_int,
+    print_summary,
+    resolve_placement,
+    seconds,
+)
 from .outputs import add_output_args, write_outputs
 
 # the search's time limit counts from the command's start (main's args.started; CP-SAT loads on
@@ -33,12 +42,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="seconds for the whole search, a wall clock (fast stops sooner when it stalls)")
     p.add_argument("--workers", type=positive_int, metavar="K", help="CP-SAT worker threads (default 1: the same schedule every run; more may be faster but can differ)")
     p.add_argument("--ascii", action="store_true", help="print the schedule as ASCII")
+    p.add_argument("--allow-unbounded-memory", action="store_true",
+                   help="search a placement whose memory does not return to 0 over a micro-batch (refused "
+                        "otherwise: usually a typo or a backward that does not free its forward's memory)")
     add_output_args(p)
     p.set_defaults(func=_search)
 
 
 def _search(args: argparse.Namespace) -> int:
     placement = resolve_placement(args)
+    unbounded = [w for w in placement.warnings if "without bound" in w]
+    if unbounded and not args.allow_unbounded_memory:
+        raise UsageError(f"{unbounded[0]}: give each forward's memory back in its backward (a negative memory), "
+                         "or pass --allow-unbounded-memory to search it anyway")
     with ProgressLine("search") as progress:
         limit = None if args.time_limit is None else max(args.time_limit - EXIT_SECONDS, args.time_limit * 0.75)
         s = search(placement, args.micro_batches, memory=args.memory, mode=args.mode, time_limit=limit,

@@ -50,7 +50,7 @@ from .exact import solve_exact
 from .fast import NoFitError, constructions, sequential, starting_repetend
 from .kernel import kernel_starts
 from .modulo import Modulo, fits, steady_memory
-from .problem import MemoryLimitError, Problem, least_memory, make_problem
+from .problem import MemoryLimitError, Problem, least_memory, limits_hint, make_problem
 from .repetend import RepetendResult, deepest, find_repetend, modulo_of, retry_undecided, solve_period
 from .report import SearchReport
 from .solver import DEFAULT_WORKERS, Progress
@@ -206,10 +206,9 @@ def _no_fit(p: Problem) -> MemoryLimitError:
     where = ", ".join(f"device {d} reaches {_real_memory(one[d], scale)} one micro-batch at a time (limit "
                       f"{_real_memory(limit[d], scale)}, proven least {_real_memory(least[d], scale)})"
                       for d in range(len(one)) if one[d] > limit[d])
-    works = fmt([_real_memory(x, scale) for x in one], digits=6)
     return MemoryLimitError(f"no order of one micro-batch of {p.placement.name!r} fits the memory limit "
                             f"{_fmt_list(p.real_limit())} (proven by the solver): {where}; limits that work: "
-                            f"--memory {works}")
+                            f"{limits_hint([_real_memory(x, scale) for x in one])}")
 
 
 def _real_memory(x: int, scale: int) -> Number:
