@@ -92,7 +92,7 @@ def test_torchtitan_builder_runs_every_export(exported: list[tuple[Export, Path]
 
 
 @pytest.mark.parametrize("name,why", [("mshape", "block fA0 of mshape-4 spans devices [0, 1, 2, 3]"),
-                                      ("kshape", "placement kshape-4 has branches or joins"),
+                                      ("kshape", "placement kshape-4 is not a chain (it has branches or joins)"),
                                       ("vshape-infer", "trains every stage; block f0 of vshape-4-infer has no backward")])
 def test_placements_the_format_cannot_express_are_refused(name: str, why: str, tmp_path: Path,
                                                           capsys: pytest.CaptureFixture[str]) -> None:

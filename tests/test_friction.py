@@ -76,3 +76,43 @@ def test_memory_limit_error_in_python_names_the_argument_and_unit() -> None:
         search(library.build("vshape", 4), 8, memory=[1, 1, 1, 0.5])
     msg = str(e.value)
     assert "memory=[" in msg and "in the placement's memory unit" in msg, msg
+
+
+def test_show_summarises_a_placement_too_wide_to_draw(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A profiled placement (ms to the microsecond) drew one cell per 0.01 ms: tens of KB."""
+    blocks, edges = [], []
+    for i in range(16):
+        blocks.append({"id": f"layer{i}.f", "kind": "forward", "duration": 1.013 + i / 997, "memory": 1,
+                       "devices": [i % 4]})
+        blocks.append({"id": f"layer{i}.b", "kind": "backward", "duration": 2.029 + i / 991, "memory": -1,
+                       "devices": [i % 4], "grad_of": f"layer{i}.f"})
+        edges.append([f"layer{i}.f", f"layer{i}.b"])
+        if i:
+            edges += [[f"layer{i - 1}.f", f"layer{i}.f"], [f"layer{i}.b", f"layer{i - 1}.b"]]
+    f = tmp_path / "wide.json"
+    f.write_text(json.dumps({"name": "wide", "devices": 4, "blocks": blocks, "edges": edges}))
+    assert main(["show", str(f)]) == 0
+    out = capsys.readouterr().out
+    assert "scaled to 120 columns" in out and len(out) < 3000, len(out)
+    assert max(len(line) for line in out.splitlines()) <= 200
+    assert "d3  " in out and "8 blocks: layer3.f .. layer15.b" in out
+
+
+def test_every_ascii_view_has_a_legend(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["show", "mshape", "--devices", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "legend: one micro-batch; each cell shows the block" in out and "sharded or tensor-parallel" in out
+    assert main(["baseline", "1f1b", "zb", "--devices", "4", "-n", "4", "--ascii"]) == 0
+    out = capsys.readouterr().out
+    assert "legend: fN = forward of micro-batch N, bN = backward of micro-batch N, wN = weight of" in out
+
+
+def test_gantt_boxes_name_their_block_where_it_fits() -> None:
+    from tessel.baselines import BASELINES
+    from tessel.viz.gantt import gantt_figure
+    s = BASELINES["1f1b"](library.build("mshape", 4), 6, None)
+    fig = gantt_figure(s)
+    texts = {t.get_text() for ax in fig.axes for t in ax.texts}
+    assert "b3:0" in texts and "0" in texts  # wide backward boxes named, narrow forwards numbered
+    legend = {t.get_text() for lg in fig.legends for t in lg.get_texts()}
+    assert any("sharded" in t for t in legend) and any("block:micro-batch" in t for t in legend)

@@ -5,6 +5,7 @@ import argparse
 from collections.abc import Mapping
 from typing import Any
 
+from ..render import schedule_legend
 from ..search import MODES, OBJECTIVES, search
 from ..viz.progress import ProgressLine
 from .common import (
@@ -61,6 +62,7 @@ def _search(args: argparse.Namespace) -> int:
                    workers=args.workers, progress=progress, objective=args.objective, started=getattr(args, "started", None))
     if args.ascii:
         print(s.ascii(), end="")
+        print(schedule_legend(s), end="")
     print_summary(s)
     _print_search_meta(s.meta)
     write_outputs(s, args)

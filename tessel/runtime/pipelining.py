@@ -38,7 +38,7 @@ def stage_of(flow: Dataflow) -> dict[str, int]:
     fw = flow.forwards
     if any(len(flow.in_edges[b]) > 1 or len(flow.out_edges[b]) > 1 for b in fw) or len(flow.sinks) != 1:
         raise PlacementError(f"torch pipelining runs a chain of stages (each sends to the next only); "
-                             f"placement {p.name} has branches or joins")
+                             f"placement {p.name} is not a chain (it has branches or joins)")
     for b in fw:
         if len(flow.devices(b)) != 1:
             raise PlacementError(f"torch pipelining runs each stage on one device; block {b} of {p.name} "
