@@ -116,3 +116,40 @@ def test_gantt_boxes_name_their_block_where_it_fits() -> None:
     assert "b3:0" in texts and "0" in texts  # wide backward boxes named, narrow forwards numbered
     legend = {t.get_text() for lg in fig.legends for t in lg.get_texts()}
     assert any("sharded" in t for t in legend) and any("block:micro-batch" in t for t in legend)
+
+
+def _wrong_step(ctx: object) -> float:
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    from tessel.runtime.pipeline import Pipeline
+    from tessel.runtime.split import split_sequential
+    torch.manual_seed(0)
+    model = nn.Sequential(*(nn.Linear(8, 8) for _ in range(4)))
+    pipe = Pipeline(split_sequential(model, 4), "1f1b", loss_fn=F.mse_loss, micro_batches=4, ctx=ctx)  # type: ignore[arg-type]
+    return pipe.step(torch.randn(8, 8))  # no target=
+
+
+def test_a_wrong_step_call_fails_the_same_way_on_every_rank() -> None:
+    """It failed on the last rank only, while the others reported a misleading shape-pass stop."""
+    from tessel.runtime.launch import LaunchError, Options, launch
+    with pytest.raises(LaunchError) as e:
+        launch(_wrong_step, 4, options=Options(timeout=60, pg_timeout=20))
+    lines = str(e.value).splitlines()
+    assert "block 's3' reads batch field 'target', which step() did not get (pass target=...)" in lines[0]
+    assert "shape pass" not in str(e.value) and "instruction" not in str(e.value)  # no rank got that far
+
+
+def test_saving_into_a_taken_checkpoint_directory_fails_before_training(tmp_path: Path) -> None:
+    from tessel.runtime.checkpoint import CheckpointError, check_new
+    taken = tmp_path / "ckpt"
+    taken.mkdir()
+    (taken / ".metadata").write_text("")
+    with pytest.raises(CheckpointError, match="already exists: give a new directory"):
+        check_new(taken)
+    with pytest.raises(CheckpointError, match="parent directory"):
+        check_new(tmp_path / "missing" / "ckpt")
+    assert check_new(tmp_path / "fresh") == tmp_path / "fresh"
+    example = (Path(__file__).resolve().parents[1] / "examples" / "gpt2_pipeline.py").read_text()
+    assert example.index("checkpoint.check_new(a.save)") < example.index("for step in range(")
