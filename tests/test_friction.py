@@ -153,3 +153,15 @@ def test_saving_into_a_taken_checkpoint_directory_fails_before_training(tmp_path
     assert check_new(tmp_path / "fresh") == tmp_path / "fresh"
     example = (Path(__file__).resolve().parents[1] / "examples" / "gpt2_pipeline.py").read_text()
     assert example.index("checkpoint.check_new(a.save)") < example.index("for step in range(")
+
+
+def test_run_with_another_n_than_a_schedule_without_repetend_says_what_to_do(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tessel.baselines import BASELINES
+    doc = BASELINES["gpipe"](library.build("vshape", 4), 4, None).with_meta(method="gpipe").to_dict()
+    doc.pop("repetend", None)
+    f = tmp_path / "plan.json"
+    f.write_text(json.dumps(doc))
+    assert main(["run", "--model", "mlp", "--schedule", str(f), "-n", "8", "--steps", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "make it for 8 instead (the same search, baseline or plan with -n 8)" in err
