@@ -96,3 +96,16 @@ def test_users_blocks_run_every_pick_with_one_process_gradients(picks: dict[str,
 def test_missing_user_block_is_named(picks: dict[str, Any]) -> None:
     with pytest.raises(PipelineError, match="the plan's block 'u0.f' runs your block 's0'"):
         MappedPipeline({"a": nn.Linear(2, 2)}, picks["chimera tp1"], loss_fn=F.mse_loss)
+
+
+def _plain_pipeline(ctx: Any, doc: dict) -> None:
+    from tessel.runtime.pipeline import Pipeline
+    Pipeline(user_blocks(), schedule_from_dict(doc), loss_fn=F.mse_loss, ctx=ctx)
+
+
+def test_plain_pipeline_on_a_renaming_pick_points_to_the_mapping(picks: dict[str, Any]) -> None:
+    """The user's first try: Pipeline with their own blocks on the pick."""
+    from tessel.runtime.launch import LaunchError
+    with pytest.raises(LaunchError, match=r"no module for block 'u0.f'.*its meta 'blocks' says which of your blocks "
+                                          r"u0.f runs, \['s0'\]; run it with tessel.runtime.mapped.MappedPipeline"):
+        launch(_plain_pipeline, 4, (picks["chimera tp1"].to_dict(),), Options(timeout=60, pg_timeout=20))

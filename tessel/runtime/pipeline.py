@@ -141,9 +141,13 @@ class Pipeline:
     def _module(self, blocks: Mapping[str, nn.Module] | BlockFactory, b: str) -> nn.Module:
         if isinstance(blocks, Mapping):
             if b not in blocks:
+                mapped = self.schedule.meta.get("blocks")
+                hint = (f" (a plan's pick: its meta 'blocks' says which of your blocks {b} runs, "
+                        f"{mapped[b]}; run it with tessel.runtime.mapped.MappedPipeline, docs/runtime.md)"
+                        if isinstance(mapped, Mapping) and b in mapped else "")
                 raise PipelineError(f"no module for block {b!r}: rank {self.rank} runs blocks "
                                     f"{', '.join(self.mine)} of {self.placement.name}; got modules for "
-                                    f"{', '.join(map(str, blocks)) or 'none'}")
+                                    f"{', '.join(map(str, blocks)) or 'none'}{hint}")
             m = blocks[b]
         else:
             m = blocks(b, self.groups.get(tuple(sorted(self.flow.devices(b)))))
