@@ -20,6 +20,7 @@ from tessel import library
 from tessel.cli import main
 from tessel.errors import PlacementError
 from tessel.methods import run_method
+from tessel.placement import placement_from_dict
 from tessel.runtime.pipelining import Export, export
 
 N = 4
@@ -103,3 +104,17 @@ def test_placements_the_format_cannot_express_are_refused(name: str, why: str, t
     assert main(["export", str(tmp_path / "s.json"), "-o", str(tmp_path / "s.csv")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and why in err and not (tmp_path / "s.csv").exists()
+
+
+def test_a_layout_torchtitan_does_not_build_is_written_with_a_note(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    doc = library.build("vshape", 2).to_dict()
+    for b in doc["blocks"]:  # stage 0 on device 1, stage 1 on device 0: neither loop nor v
+        b["devices"] = [1 - b["devices"][0]]
+    s = run_method("1f1b", placement_from_dict(doc), 2)
+    e = export(s)
+    assert e.layout == "custom" and e.rank_of_stage == (1, 0) and e.torchtitan_keys("x.csv") == {}
+    s.save(tmp_path / "s.json")
+    assert main(["export", str(tmp_path / "s.json"), "-o", str(tmp_path / "s.csv")]) == 0
+    assert "torchtitan lays stages out only as 'loop'" in capsys.readouterr().out
+    assert (tmp_path / "s.csv").read_text().splitlines()[1].startswith("0F0")  # rank 1 holds stage 0
