@@ -287,6 +287,8 @@ def _memory_warnings(p: Placement) -> list[str]:
 # ---- documents -------------------------------------------------------------------------
 PLACEMENT_FIELDS = ("name", "devices", "latency", "blocks", "edges")
 BLOCK_FIELDS = ("id", "kind", "duration", "memory", "devices", "grad_of")
+SCHEDULE_FIELDS = ("format", "version", "placement", "memory_limit", "micro_batches", "tasks", "repetend", "meta")
+TASK_FIELDS = ("block", "micro_batch", "start")
 
 
 def check_fields(doc: Mapping[str, Any], known: Iterable[str], where: str,
@@ -295,6 +297,8 @@ def check_fields(doc: Mapping[str, Any], known: Iterable[str], where: str,
     missing optional field), naming the closest known one."""
     import difflib
     known = tuple(known)
+    if len(doc) == len(known) and all(k in doc for k in known):
+        return  # the common case, e.g. each of a million tasks: every field there, nothing else
     for key in doc:
         if key not in known:
             close = difflib.get_close_matches(str(key), known, n=1)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from . import bounds
+from . import placement as _doc
 from .errors import LimitError, PlacementError, ScheduleError, quote
 from .io import atomic_write, read_document
 from .numeric import EPS as EPS
@@ -300,12 +301,10 @@ class Schedule:
     def unroll(self, micro_batches: int, check: bool = True) -> Schedule:
         """Repeat the repetend so the schedule covers `micro_batches`, without any search."""
         if self.repetend is None:
-            method = self.meta.get("method")
-            made = f" (made by {method})" if isinstance(method, str) else ""
-            raise ScheduleError(f"this schedule{made} is for {self.micro_batches} micro-batches and carries no "
-                                f"repetend to unroll to {micro_batches}: make it for {micro_batches} instead "
-                                f"(the same search, baseline or plan with -n {micro_batches}), or run it with "
-                                f"{self.micro_batches}")
+            m, n = micro_batches, self.micro_batches
+            raise ScheduleError(f"this schedule (made by {self.meta.get('method', '?')}) is for {n} micro-batches and "
+                                f"carries no repetend to unroll to {m}: make it for {m} instead (the same search, "
+                                f"baseline or plan with -n {m}), or run it with {n}")
         return unroll(self, micro_batches, check)
 
     # ---- I/O ---------------------------------------------------------------------------------
@@ -362,7 +361,7 @@ def schedule_from_dict(doc: Any, source: str = "schedule", check: bool = False) 
     if doc.get("format") != FORMAT or type(version) is not int or version != VERSION:
         raise ScheduleError(f"{source}: not a {FORMAT} version {VERSION} document "
                             f"(format {quote(doc.get('format'))}, version {quote(version)})")
-    check_fields(doc, SCHEDULE_FIELDS, source, ScheduleError)
+    check_fields(doc, _doc.SCHEDULE_FIELDS, source, ScheduleError)
     try:
         placement = placement_from_dict(_require(doc, "placement", (dict,), source), f"{source}: placement")
     except PlacementError as e:
@@ -384,11 +383,6 @@ def schedule_from_dict(doc: Any, source: str = "schedule", check: bool = False) 
     return s.validate() if check else s
 
 
-SCHEDULE_FIELDS = ("format", "version", "placement", "memory_limit", "micro_batches", "tasks", "repetend", "meta")
-TASK_FIELDS = ("block", "micro_batch", "start")
-TASK_KEYS = frozenset(TASK_FIELDS)
-
-
 def _tasks_from_doc(items: list[Any], placement: Placement, n: int, source: str) -> list[Task]:
     if len(items) > n * len(placement.blocks):
         raise ScheduleError(f"{source}: {len(items):,} tasks for {n} micro-batches of "
@@ -398,8 +392,7 @@ def _tasks_from_doc(items: list[Any], placement: Placement, n: int, source: str)
         where = f"{source}: tasks[{i}]"
         if not isinstance(t, Mapping):
             raise ScheduleError(f"{where} must be an object")
-        if t.keys() != TASK_KEYS:  # all three are required: any other key set has a stranger in it or a gap
-            check_fields(t, TASK_FIELDS, where, ScheduleError)
+        check_fields(t, _doc.TASK_FIELDS, where, ScheduleError)
         tasks.append(Task(_require(t, "block", (str,), where), _require(t, "micro_batch", (int,), where),
                           _require(t, "start", (int, float), where)))
     return tasks
