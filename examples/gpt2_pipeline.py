@@ -69,6 +69,8 @@ def train(ctx: Any, a: Args) -> list[Step]:
     pipe = Pipeline(gpt2, a.schedule, placement=placement, micro_batches=a.micro_batches,
                     feeds=gpt2.feeds, ctx=ctx)
     opt = torch.optim.Adam(pipe.parameters(), lr=a.lr)
+    if a.save:
+        checkpoint.check_new(a.save)  # before the steps: a taken name must not cost a run
     first = 0
     if a.resume:
         first = int(checkpoint.load(a.resume, pipe, opt)["step"])

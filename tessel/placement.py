@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from . import graph
-from .errors import LimitError, PlacementError, quote
+from .errors import LimitError, PlacementError, TesselError, quote
 from .io import atomic_write, read_document
 
 log = logging.getLogger(__name__)
@@ -290,6 +290,27 @@ def _memory_warnings(p: Placement) -> list[str]:
 
 
 # ---- documents -------------------------------------------------------------------------
+PLACEMENT_FIELDS = ("name", "devices", "latency", "blocks", "edges")
+BLOCK_FIELDS = ("id", "kind", "duration", "memory", "devices", "grad_of")
+SCHEDULE_FIELDS = ("format", "version", "placement", "memory_limit", "micro_batches", "tasks", "repetend", "meta")
+TASK_FIELDS = ("block", "micro_batch", "start")
+
+
+def check_fields(doc: Mapping[str, Any], known: Iterable[str], where: str,
+                 error: type[TesselError] = PlacementError) -> None:
+    """Refuse a field the format does not know (a typo such as `memroy` would otherwise pass as a
+    missing optional field), naming the closest known one."""
+    import difflib
+    known = tuple(known)
+    if len(doc) == len(known) and all(k in doc for k in known):
+        return  # the common case, e.g. each of a million tasks: every field there, nothing else
+    for key in doc:
+        if key not in known:
+            close = difflib.get_close_matches(str(key), known, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise error(f"{where}: unknown field {quote(key)} ({hint}known: {', '.join(known)})")
+
+
 def _field(doc: Mapping[str, Any], key: str, where: str, default: Any = ...) -> Any:
     if key in doc:
         return doc[key]
@@ -302,6 +323,7 @@ def _block_from_dict(doc: Any, i: int) -> Block:
     if not isinstance(doc, Mapping):
         raise PlacementError(f"blocks[{i}] must be an object, got {type(doc).__name__}")
     where = f"blocks[{i}] ({quote(doc.get('id', '?'))})"
+    check_fields(doc, BLOCK_FIELDS, where)
     devs = _field(doc, "devices", where)
     if isinstance(devs, int) and not isinstance(devs, bool):
         devs = [devs]
@@ -331,6 +353,7 @@ def placement_from_dict(doc: Any, source: str = "placement") -> Placement:
     source = quote(source).strip("'\"")
     if not isinstance(doc, Mapping):
         raise PlacementError(f"{source}: a placement must be an object with blocks and edges")
+    check_fields(doc, PLACEMENT_FIELDS, source)
     blocks_doc, devices = _field(doc, "blocks", source), _field(doc, "devices", source)
     if not isinstance(blocks_doc, list):
         raise PlacementError(f"{source}: blocks must be a list")

@@ -10,11 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from . import bounds
+from . import placement as _doc
 from .errors import LimitError, PlacementError, ScheduleError, quote
 from .io import atomic_write, read_document
 from .numeric import EPS as EPS
 from .numeric import snap as _num
-from .placement import MAX_VALUE, Number, Placement, in_range, placement_from_dict
+from .placement import MAX_VALUE, Number, Placement, check_fields, in_range, placement_from_dict
 from .rules import Violation as Violation
 from .rules import violations
 
@@ -241,7 +242,10 @@ class Schedule:
     def unroll(self, micro_batches: int, check: bool = True) -> Schedule:
         """Repeat the repetend so the schedule covers `micro_batches`, without any search."""
         if self.repetend is None:
-            raise ScheduleError("this schedule carries no repetend to unroll")
+            m, n = micro_batches, self.micro_batches
+            raise ScheduleError(f"this schedule (made by {self.meta.get('method', '?')}) is for {n} micro-batches and "
+                                f"carries no repetend to unroll to {m}: make it for {m} instead (the same search, "
+                                f"baseline or plan with -n {m}), or run it with {n}")
         check_task_count(self.placement, micro_batches)  # refused at once, not after building them
         return unroll(self, micro_batches, check)
 
@@ -299,6 +303,7 @@ def schedule_from_dict(doc: Any, source: str = "schedule", check: bool = False) 
     if doc.get("format") != FORMAT or type(version) is not int or version != VERSION:
         raise ScheduleError(f"{source}: not a {FORMAT} version {VERSION} document "
                             f"(format {quote(doc.get('format'))}, version {quote(version)})")
+    check_fields(doc, _doc.SCHEDULE_FIELDS, source, ScheduleError)
     try:
         placement = placement_from_dict(_require(doc, "placement", (dict,), source), f"{source}: placement")
     except PlacementError as e:
@@ -329,6 +334,7 @@ def _tasks_from_doc(items: list[Any], placement: Placement, n: int, source: str)
         where = f"{source}: tasks[{i}]"
         if not isinstance(t, Mapping):
             raise ScheduleError(f"{where} must be an object")
+        check_fields(t, _doc.TASK_FIELDS, where, ScheduleError)
         tasks.append(Task(_require(t, "block", (str,), where), _require(t, "micro_batch", (int,), where),
                           _require(t, "start", (int, float), where)))
     return tasks

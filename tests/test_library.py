@@ -91,3 +91,11 @@ def test_large_placements_build() -> None:
         assert isinstance(p, Placement) and p.devices == 32 and p.warnings == ()
     big = library.build("interleaved", devices=32, chunks=16)
     assert len(big.blocks) == 1024 and len(big.topo_order) == 1024
+
+
+def test_the_suite_copy_in_the_repository_equals_the_public_one() -> None:
+    """tests/data/suite.json is what the tests read; ../shared's is the contract it copies."""
+    import shared_files
+    if not shared_files.SHARED_SUITE.exists():
+        pytest.skip(f"public suite not found at {shared_files.SHARED_SUITE}")
+    assert shared_files.SUITE.read_bytes() == shared_files.SHARED_SUITE.read_bytes()

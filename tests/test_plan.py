@@ -99,9 +99,18 @@ def test_cli_writes_placement_and_schedule_and_rejects_bad_input(tessel, tmp_pat
                           "-o", sched, "--placement-out", place)
     assert rc == 0, err
     assert "chose" in out and "period bound" in out
+    # the table says what it planned and what its placement names mean
+    assert out.splitlines()[0].startswith("flava: 10 layers, hidden 1,024, heads 16, image seq 128, text seq 64")
+    legend = out[out.index("placement names"):]
+    assert "\n  pipeline: the model as one chain of stages" in legend and "tpT: T devices per" in legend
+    # inference keeps nothing from forward to backward: its peak is a block's activation, not 0.0
+    peaks = [line.split()[-3] for line in out.splitlines() if line.split()[-1:] == ["ok"]]
+    assert peaks and all(float(p.split("/")[0]) > 0 for p in peaks), peaks
     s = Schedule.load(sched, check=True)
     assert s.placement.to_dict() == json.loads(place.read_text())
     assert s.meta["plan"].startswith("chose")
+    if "blocks" in s.meta:  # which of the model's units each forward block of the pick runs
+        assert set(s.meta["blocks"]) <= {b.id for b in s.placement.blocks}
     rc, out, err = tessel("plan", "gpt", "--devices", "12", "--devices-per-node", "8")
     assert rc == 2 and len(err.strip().splitlines()) == 1 and "12 devices" in err
     rc, out, err = tessel("plan", "gpt", "--set", "layers")

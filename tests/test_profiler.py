@@ -294,3 +294,25 @@ def test_a_noisy_time_is_repeated_then_warned_about_with_its_spread(caplog):
     spread = int(forward[0].split("still spreads ")[1].split("%")[0])
     assert spread > 10
     assert forward[0] in caplog.text
+
+
+def test_cli_profile_refuses_more_devices_than_blocks_and_lays_out_a_v(tmp_path, monkeypatch, capsys):
+    """4 blocks on 6 devices was written as a 4-device placement with exit 0; now refused, like the
+    Python API. `--layout v` puts blocks d and 2p-1-d on device d (torchtitan's ZB-V layout)."""
+    from tessel.cli import main
+    from tessel.placement import load_placement
+    (tmp_path / "four.py").write_text(
+        "import torch\nfrom torch import nn\n"
+        "def blocks():\n"
+        "    return [nn.Linear(8, 8) for _ in range(4)], (torch.randn(4, 8),)\n")
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "p.json"
+    assert main(["profile", "--module", "four:blocks", "--devices", "6", "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "4 blocks cannot use 6 devices" in err and err.count("\n") == 1 and not out.exists()
+    assert main(["profile", "--module", "four:blocks", "--layout", "v", "--repeats", "1", "--warmup", "0",
+                 "--split-weight", "-o", str(out)]) == 0
+    p = load_placement(out)
+    assert p.devices == 2
+    assert {b.id: b.devices for b in p.blocks if b.kind == "forward"} == {
+        "s0": (0,), "s1": (1,), "s2": (1,), "s3": (0,)}

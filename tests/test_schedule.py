@@ -125,3 +125,16 @@ def test_unroll_1f1b_to_ten_thousand_equals_building_it() -> None:
     direct = BASELINES["1f1b"](v, 10_000, None)
     assert unrolled.start == direct.start
     assert unrolled.makespan == (10_000 + 3) * 4 and unrolled.peak_memory == (4, 3, 2, 1)
+
+
+def test_unroll_without_a_repetend_says_what_to_do() -> None:
+    """`-n` other than the schedule's on a schedule without a repetend (a plan's baseline pick):
+    the error says to make it for that count, not only that there is no repetend."""
+    from dataclasses import replace
+
+    from tessel.schedule import ScheduleError
+    s = BASELINES["gpipe"](library.build("vshape", 4), 4, None).with_meta(method="gpipe")
+    s = replace(s, repetend=None)
+    with pytest.raises(ScheduleError, match=r"made by gpipe\) is for 4 micro-batches .* make it for 16 instead "
+                                            r"\(the same search, baseline or plan with -n 16\)"):
+        s.unroll(16)

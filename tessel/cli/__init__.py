@@ -20,7 +20,7 @@ from ..errors import QUOTE_CHARS, TesselError, quote
 from .interrupt import Interrupted, catch_signals
 from .pipes import PipeSafe
 
-COMMAND_MODULES = ("basic", "search", "runtime", "tools", "plan")
+COMMAND_MODULES = ("basic", "search", "runtime", "tools", "plan", "export")
 EXIT_USAGE = 2  # bad input; 1 is an invalid schedule or a bug, 128 + N signal N
 
 

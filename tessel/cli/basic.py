@@ -12,6 +12,7 @@ from ..errors import ScheduleError, TesselError
 from ..io import read_document
 from ..methods import METHODS
 from ..placement import Placement
+from ..render import schedule_legend
 from ..schedule import FORMAT, Schedule, schedule_from_dict
 from .common import (
     UsageError,
@@ -106,6 +107,7 @@ def _show_schedule(s: Schedule, args: argparse.Namespace) -> int:
     broken = s.violations()
     if not any(v.rule == 1 for v in broken):
         print(printable(s.ascii()), end="")
+        print(schedule_legend(s), end="")
     if broken:
         _print_invalid(args.placement, [str(v) for v in broken])
         return 1
@@ -123,12 +125,16 @@ def _print_invalid(path: str, errors: list[str]) -> None:
 
 def _show_placement(p: Placement, n: int) -> None:
     from .. import bounds
-    from ..render import render_placement
+    from ..render import SHOW_WIDTH, placement_legend, placement_width, render_placement, render_placement_summary
     print(f"placement {printable(p.name, lines=False)}: {p.devices} devices, {len(p.blocks)} blocks, {len(p.edges)} edges"
           + (f", latency {fmt(p.latency)}" if p.latency else ""))
     for w in p.warnings:
         print(f"warning: {printable(w, lines=False)}")
-    print(printable(render_placement(p)), end="")
+    if placement_width(p) <= SHOW_WIDTH:
+        print(printable(render_placement(p)), end="")
+        print(printable(placement_legend(p)), end="")
+    else:  # a profiled placement in ms would take thousands of columns
+        print(printable(render_placement_summary(p)), end="")
     rows = []
     for d in range(p.devices):
         on = p.blocks_on(d)
@@ -146,6 +152,7 @@ def _baseline(args: argparse.Namespace) -> int:
     s = BASELINES[args.name](resolve_placement(args), args.micro_batches, args.memory)
     if args.ascii:
         print(printable(s.ascii()), end="")
+        print(schedule_legend(s), end="")
     print_summary(s)
     write_outputs(s, args)
     return 0

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from ..costmodel import HARDWARE, SPECS, hardware
 from ..io import all_or_nothing
 from ..plan import Cluster, Plan, Row, load_model, plan
-from ..plan.planner import Progress
+from ..plan.planner import Progress, picked
 from ..search.budget import command_clock
 from .common import UsageError, positive_float, positive_int, print_table, seconds
 from .outputs import add_output_args, output_path, write_outputs
@@ -69,23 +69,33 @@ def _plan(args: argparse.Namespace) -> int:
         clock = command_clock(args.time_limit, getattr(args, "started", None))
         result = plan(model.spec, cluster, args.micro_batches, time_limit=args.time_limit, given=model.given,
                       progress=progress, clock=clock)
-    print_plan(result)
+    print_plan(result, model.description)
     best = result.best
     with all_or_nothing():  # the placement and the schedule's files, all or none
         if args.placement_out:
             best.candidate.placement.save(args.placement_out)
-        if best.schedule is not None:
-            write_outputs(best.schedule.with_meta(plan=result.why, placement_family=best.candidate.name), args)
+        chosen = picked(result)
+        if chosen is not None:
+            write_outputs(chosen, args)
     if args.placement_out:
         print(f"wrote {args.placement_out}")
     return 0
 
 
-def print_plan(result: Plan) -> None:
+def print_plan(result: Plan, description: str = "") -> None:
     rows = [_cells(k, r) for k, r in enumerate(result.rows, 1)]
     print_table(["#", "placement", "method", "period bound ms", "makespan s", "peak/budget GiB", "search s",
-                 "status"], rows, title=f"{result.model} on {result.devices} devices, "
+                 "status"], rows, title=f"{description or result.model} on {result.devices} devices, "
                                         f"{result.micro_batches} micro-batches")
+    seen: dict[str, str] = {}
+    for r in result.rows:
+        seen.setdefault(r.candidate.family, r.candidate.help)
+    print("placement names (tpT: T devices per tensor-parallel group, each splitting a layer's matrices):")
+    for name, text in seen.items():
+        print(f"  {name}: {text}")
+    if any(r.candidate.recompute != "as given" for r in result.rows):
+        print("  rc:auto: layers recomputed in the backward on the stages where 1F1B's activations would not fit")
+    print("peak/budget: activation memory at its peak on the fullest device / what its weights leave free")
     print(result.why)
 
 

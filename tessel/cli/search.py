@@ -4,10 +4,11 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from ..render import schedule_legend
 from ..schedule import Schedule
 from ..search import MODES, OBJECTIVES, Budget, command_clock, search
 from ..viz.progress import ProgressLine
-from .common import add_memory_arg, add_placement_args, fmt, positive_int, resolve_placement, seconds
+from .common import UsageError, add_memory_arg, add_placement_args, fmt, positive_int, resolve_placement, seconds
 from .outputs import add_output_args, write_outputs
 
 MAX_WORKERS = 64  # CP-SAT threads: beyond a few per core each solve fails and the search falls back
@@ -43,12 +44,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         "moment a schedule meets the best proven bound)")
     p.add_argument("--workers", type=workers, metavar="K", help=f"CP-SAT worker threads, 1..{MAX_WORKERS} (default 1: the same schedule every run; more may be faster but can differ)")
     p.add_argument("--ascii", action="store_true", help="print the schedule as ASCII")
+    p.add_argument("--allow-unbounded-memory", action="store_true",
+                   help="search a placement whose memory does not return to 0 over a micro-batch (refused "
+                        "otherwise: usually a typo or a backward that does not free its forward's memory)")
     add_output_args(p)
     p.set_defaults(func=_search)
 
 
 def _search(args: argparse.Namespace) -> int:
     placement = resolve_placement(args)
+    unbounded = [w for w in placement.warnings if "without bound" in w]
+    if unbounded and not args.allow_unbounded_memory:
+        raise UsageError(f"{unbounded[0]}: give each forward's memory back in its backward (a negative memory), "
+                         "or pass --allow-unbounded-memory to search it anyway")
     with ProgressLine("search") as progress:
         # the time limit counts from the command's start (CP-SAT loads on its clock)
         started = getattr(args, "started", None)
@@ -58,6 +66,7 @@ def _search(args: argparse.Namespace) -> int:
                    budget=Budget(prove=args.prove))
     if args.ascii:
         print(s.ascii(), end="")
+        print(schedule_legend(s), end="")
     _print_search(s, bool(getattr(args, "verbose", False)))
     write_outputs(s, args)
     return 0

@@ -36,9 +36,14 @@ def _register_profile(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
                             "for one micro-batch; placed one block per device (--devices: fewer wraps around)")
     p.add_argument("--split-weight", action="store_true",
                    help="with --module: measure each backward as input-gradient and weight-gradient blocks")
+    p.add_argument("--layout", choices=("loop", "v"), default="loop",
+                   help="with --module: block i on device i mod --devices (loop, default), or device d "
+                        "holding blocks d and 2*devices-1-d (v: 2 blocks per device, torchtitan's ZB-V layout)")
     p.add_argument("--placement", metavar="NAME", help="built-in placement to bind it to "
                    "(default: the model's own: gpt->mllm, kshape->kshape, mlp->vshape)")
-    p.add_argument("--devices", type=positive_int, default=4, help="device count (default 4)")
+    p.add_argument("--devices", type=positive_int,
+                   help="device count (default: 4 with --model; with --module one block per device, "
+                        "two with --layout v; more devices than that is refused)")
     p.add_argument("--micro-batch-size", type=positive_int, default=8, help="samples per micro-batch (default 8)")
     g = p.add_argument_group("model size")
     for name, default in (("dim", 128), ("ffn", 512), ("seq", 32), ("vocab", 512), ("layers", 2)):
@@ -71,7 +76,7 @@ def _profile(args: argparse.Namespace) -> int:
     torch.manual_seed(0)
     if args.module:
         return _profile_module(args)
-    placement = library.build(args.placement or MODELS[args.model].placement, devices=args.devices)
+    placement = library.build(args.placement or MODELS[args.model].placement, devices=args.devices or 4)
     cfg = Config(dim=args.dim, ffn=args.ffn, seq=args.seq, vocab=args.vocab, layers=args.layers)
     ex = example(args.model, placement, cfg)
     batch = ex.batch(args.micro_batch_size)
@@ -105,12 +110,17 @@ def _profile_module(args: argparse.Namespace) -> int:
     blocks, inputs = got
     try:
         prof = profile_modules(blocks, inputs if isinstance(inputs, (tuple, list)) else (inputs,),
-                               devices=min(args.devices, len(blocks)), split_weight=args.split_weight,
+                               devices=args.devices or _default_devices(len(blocks), args.layout),
+                               split_weight=args.split_weight, layout=args.layout,
                                device=args.device, warmup=args.warmup, repeats=args.repeats,
                                bandwidth=args.bandwidth, alpha=args.alpha, threads=args.threads)
     except PlacementError as e:
         raise UsageError(f"--module {args.module}: {e}") from None
     return _write_profile(prof, args.module, args)
+
+
+def _default_devices(blocks: int, layout: str) -> int:
+    return max(1, blocks // 2) if layout == "v" else blocks
 
 
 def _write_profile(prof: Profile, what: str, args: argparse.Namespace) -> int:

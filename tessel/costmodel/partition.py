@@ -25,6 +25,7 @@ class Part:
     name: str
     devices: tuple[int, ...]
     cost: BlockCost
+    units: tuple[str, ...] = ()  # the model's units it runs, in order (where known): a plan's block map
 
 
 @dataclass(frozen=True)
@@ -201,7 +202,7 @@ def stage_parts(chain: Sequence[Unit], groups: Sequence[tuple[int, ...]], prefix
     parts = []
     for k, (g, r) in enumerate(zip(groups, stage_ranges(chain, len(groups), balance))):
         cost = combine(*(chain[i].cost(g) for i in r), weights=None if weights is None else f"{weights}{k}")
-        parts.append(Part(f"{prefix}{k}", g, cost))
+        parts.append(Part(f"{prefix}{k}", g, cost, tuple(chain[i].name for i in r)))
     return parts
 
 
@@ -216,7 +217,8 @@ def tp_parts(chain: Sequence[Unit], devices: tuple[int, ...], prefix: str = "") 
             runs.append([u])
     for k, run in enumerate(runs):
         costs = [u.cost(devices) for u in run]
-        parts.append(Part(f"{prefix}{run[0].name}{k}", devices, combine(*costs, weights=costs[0].weights)))
+        parts.append(Part(f"{prefix}{run[0].name}{k}", devices, combine(*costs, weights=costs[0].weights),
+                          tuple(u.name for u in run)))
     return parts
 
 

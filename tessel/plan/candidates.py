@@ -14,10 +14,12 @@ Families:
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
 from ..costmodel import (
+    MIB,
     BlockCost,
     Hardware,
     ModelSpec,
@@ -36,6 +38,20 @@ from ..errors import TesselError
 from ..placement import Placement
 
 Group = tuple[int, ...]
+
+# The plan table's legend: what each family name means; "tpT" after it: T devices per
+# tensor-parallel group (a stage, or a branch, runs on T devices that split each layer's matrices)
+FAMILY_HELP = {
+    "pipeline": "the model as one chain of stages, one stage per group of T devices",
+    "sharded": "embeddings and heads split over all devices (vocabulary-parallel), the layers between them "
+               "pipelined over groups of T devices",
+    "branches+join on all": "the branches side by side on disjoint groups, the block joining them on all devices",
+    "branches+join pipelined": "the branches side by side on disjoint groups, the joining block pipelined over them",
+    "recycle": "recycling passes without gradients over the same stages, then the trained pass",
+    "tp": "no pipeline: every block tensor-parallel over all devices (T = all of them)",
+    "chimera": "two pipelines in opposite directions, each a replica of the model (2 micro-batches per step)",
+    "given": "the placement file as given",
+}
 
 
 @dataclass(frozen=True)
@@ -67,6 +83,13 @@ class Candidate:
     budget: tuple[int, ...]  # MiB per device left for activations
     replicas: int = 1
     baseline: str | None = None   # the hand-made schedule run on it (1F1B's order on a shaped one: 1F1B+)
+    units: tuple[tuple[str, tuple[str, ...]], ...] = ()  # forward block -> the model's units it runs
+    working: tuple[int, ...] = ()  # MiB per device of the largest block activation: inference's peak
+
+    @property
+    def help(self) -> str:
+        """What the family name means, for the plan table's legend."""
+        return FAMILY_HELP.get(self.family, self.family)
 
     @property
     def name(self) -> str:
@@ -75,8 +98,12 @@ class Candidate:
 
     @staticmethod
     def of(family: str, tp: int, recompute: str, model: PlacedModel, baseline: str | None) -> Candidate:
+        units = tuple((f"{p.name}.f", p.units) for p in model.parts)
+        # without a backward nothing is kept: a device holds one block's activation at a time
+        working = tuple(max((math.ceil(p.cost.activation / MIB) for p in model.parts if d in p.devices), default=0)
+                        for d in range(model.devices))
         return Candidate(family, tp, recompute, model.placement(), model.memory_budget(), model.replicas,
-                         baseline)
+                         baseline, units if all(u for _, u in units) else (), working)
 
 
 def candidates(spec: ModelSpec, cluster: Cluster, tp: Sequence[int] | None = None) -> Iterator[Candidate]:
@@ -218,7 +245,7 @@ def stages(chain: Sequence[Unit], groups: Sequence[Group], prefix: str,
         costs = [chain[i].cost(g) for i in r]
         if recompute(k):
             costs = [recomputed(c) if chain[i].layer else c for c, i in zip(costs, r)]
-        parts.append(Part(f"{prefix}{k}", g, combine(*costs)))
+        parts.append(Part(f"{prefix}{k}", g, combine(*costs), tuple(chain[i].name for i in r)))
     return parts
 
 
@@ -265,7 +292,7 @@ def with_auto_recompute(model: PlacedModel) -> PlacedModel:
         pos, depth = order.get(p.name, (0, 1))
         need = (depth - pos) * p.cost.activation / (1024 ** 2)
         if need > min(budget[d] for d in p.devices):
-            p = Part(p.name, p.devices, recomputed(p.cost))
+            p = replace(p, cost=recomputed(p.cost))
         parts.append(p)
     return replace(model, parts=tuple(parts), name=model.name + "-rc")
 

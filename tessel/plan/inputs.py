@@ -8,6 +8,7 @@ import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .. import library
 from ..baselines import why_not
@@ -23,6 +24,7 @@ class ModelInput:
     """The model to plan, and the placement the user gave (a candidate as it stands), if any."""
     spec: ModelSpec
     given: Candidate | None = None
+    description: str = ""  # what was planned, in words (the plan table's title)
 
 
 def load_model(source: str, cluster: Cluster, options: Mapping[str, Number | bool] | None = None) -> ModelInput:
@@ -37,7 +39,8 @@ def load_model(source: str, cluster: Cluster, options: Mapping[str, Number | boo
         params = inspect.signature(build).parameters
         for k, v in opts.items():
             _check_option(source, k, str(params[k].annotation), v)
-        return ModelInput(build(cluster.devices, cluster.hardware, **opts))
+        spec = build(cluster.devices, cluster.hardware, **opts)
+        return ModelInput(spec, None, describe(source, spec, {**_defaults(build), **opts}))
     if not Path(source).exists():
         raise TesselError(f"model {source!r} is neither a known model ({', '.join(SPECS)}) nor a file")
     if opts:
@@ -48,7 +51,26 @@ def load_model(source: str, cluster: Cluster, options: Mapping[str, Number | boo
         placement = library.build(str(doc["family"]), cluster.devices, **costs)
     else:
         placement = placement_from_dict(doc, source)
-    return from_placement(placement, cluster)
+    got = from_placement(placement, cluster)
+    blocks = sum(len(s.layers) for s in got.spec.segments)
+    return ModelInput(got.spec, got.given, f"{got.spec.name} from {source}: {blocks} blocks as measured, "
+                                           f"{'training' if got.spec.training else 'inference'}")
+
+
+SHOWN = ("hidden", "heads", "seq", "image_seq", "text_seq", "enc_seq", "dec_seq", "vocab", "micro_batch")
+
+
+def _defaults(build: Any) -> dict[str, Any]:
+    return {k: v.default for k, v in inspect.signature(build).parameters.items()
+            if v.default is not inspect.Parameter.empty}
+
+
+def describe(source: str, spec: ModelSpec, options: Mapping[str, Any]) -> str:
+    """`gpt: 16 layers, hidden 8192, seq 2048, ... (training)`: the model a plan is for."""
+    layers = sum(1 for s in spec.segments for u in s.layers if u.layer)
+    dims = ", ".join(f"{k.replace('_', ' ')} {options[k]:,}" if isinstance(options[k], int) else f"{k} {options[k]}"
+                     for k in SHOWN if k in options and not isinstance(options[k], bool))
+    return f"{source}: {layers} layers, {dims} ({'training' if spec.training else 'inference'})"
 
 
 # a model option is a size (hidden, heads, seq, ...) or a count of repeated layers; beyond these
@@ -97,7 +119,8 @@ def from_placement(p: Placement, cluster: Cluster) -> ModelInput:
     if p.devices == cluster.devices:
         budget = (int(cluster.hardware.usable() // MIB),) * p.devices
         fwd = "1f1b" if p.is_training else "gpipe"
-        given = Candidate("given", 1, "as given", p, budget, 1, fwd if why_not(fwd, p) is None else None)
+        same = tuple((u.name, (u.name,)) for u in units)  # the user's own blocks, unchanged
+        given = Candidate("given", 1, "as given", p, budget, 1, fwd if why_not(fwd, p) is None else None, same)
     return ModelInput(spec, given)
 
 

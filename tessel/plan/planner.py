@@ -16,6 +16,7 @@ import math
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from ..baselines import BaselineError
 from ..baselines.engine import deadline
@@ -65,6 +66,8 @@ class Row:
         if self.schedule is None:
             return None
         peaks, budget = self.schedule.peak_memory, self.candidate.budget
+        if not self.schedule.placement.is_training and self.candidate.working:
+            peaks = self.candidate.working  # inference keeps nothing: its peak is one block's activation
         d = max(range(len(peaks)), key=lambda k: peaks[k] / max(budget[k], 1))
         return float(peaks[d]), float(budget[d])
 
@@ -290,3 +293,17 @@ def explain(best: Row, base: Row | None, rows: Sequence[Row]) -> str:
         lines.append(f"Peak activation memory {peak / 1024:.1f} GiB of the {budget / 1024:.1f} GiB its weights "
                      "leave on the fullest device.")
     return " ".join(lines)
+
+
+def picked(result: Plan, row: Row | None = None) -> Schedule | None:
+    """The schedule of `row` (default the best) as a plan writes it: why it was chosen, its
+    placement family and, where known, which of the model's blocks each of its forward blocks runs
+    (`meta["blocks"]`, what `tessel.runtime.mapped` reads to run it on the user's own blocks)."""
+    row = row or result.best
+    if row.schedule is None:
+        return None
+    meta: dict[str, Any] = {"plan": result.why, "placement_family": row.candidate.name}
+    if row.candidate.units:
+        meta["blocks"] = {b: list(u) for b, u in row.candidate.units}
+    return row.schedule.with_meta(**meta)
+

@@ -59,13 +59,22 @@ def _state(pipe: Pipeline, optimizer: torch.optim.Optimizer | None) -> dict[str,
     return doc
 
 
-def save(path: str | Path, pipe: Pipeline, optimizer: torch.optim.Optimizer | None = None,
-         extra: Mapping[str, Tensor] | None = None) -> None:
-    """Write the pipeline's parameters (and optimizer state, and `extra` tensors such as a step
-    counter, the same on every rank) into the new directory `path`."""
+def check_new(path: str | Path) -> Path:
+    """`path` as a place `save` can write: refused (CheckpointError) when something is there
+    already. Call it before training, so a run is not lost to a name taken."""
     p = Path(path)
     if p.exists() and (not p.is_dir() or any(p.iterdir())):
         raise CheckpointError(f"checkpoint {p} already exists: give a new directory")
+    if not p.parent.is_dir():
+        raise CheckpointError(f"checkpoint {p}: its parent directory {p.parent} does not exist")
+    return p
+
+
+def save(path: str | Path, pipe: Pipeline, optimizer: torch.optim.Optimizer | None = None,
+         extra: Mapping[str, Tensor] | None = None) -> None:
+    """Write the pipeline's parameters (and optimizer state, and `extra` tensors such as a step
+    counter, the same on every rank) into the new directory `path` (see `check_new`)."""
+    p = check_new(path)
     doc = _state(pipe, optimizer)
     doc[EXTRA] = {k: v.detach().clone() for k, v in (extra or {}).items()}
     dcp_save(doc, checkpoint_id=str(p), process_group=pipe.group)

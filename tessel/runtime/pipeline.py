@@ -134,9 +134,13 @@ class Pipeline:
     def _module(self, blocks: Mapping[str, nn.Module] | BlockFactory, b: str) -> nn.Module:
         if isinstance(blocks, Mapping):
             if b not in blocks:
+                mapped = self.schedule.meta.get("blocks")
+                hint = (f" (a plan's pick: its meta 'blocks' says which of your blocks {b} runs, "
+                        f"{mapped[b]}; run it with tessel.runtime.mapped.MappedPipeline, docs/runtime.md)"
+                        if isinstance(mapped, Mapping) and b in mapped else "")
                 raise PipelineError(f"no module for block {b!r}: rank {self.rank} runs blocks "
                                     f"{', '.join(self.mine)} of {self.placement.name}; got modules for "
-                                    f"{', '.join(map(str, blocks)) or 'none'}")
+                                    f"{', '.join(map(str, blocks)) or 'none'}{hint}")
             m = blocks[b]
         else:
             m = blocks(b, self.groups.get(tuple(sorted(self.flow.devices(b)))))
@@ -155,10 +159,11 @@ class Pipeline:
             m = WithLoss(m, self.loss_fn, len(self.loss_feeds), b)
         return m
 
-    def _feeds(self, inputs: int) -> dict[str, tuple[str, ...]]:
-        """Batch fields per block: named ones, else the positional inputs for a first block; the loss's last."""
+    def _feeds(self, inputs: int, blocks: Sequence[str] | None = None) -> dict[str, tuple[str, ...]]:
+        """Batch fields per block (this rank's, or `blocks`): named ones, else the positional inputs for
+        a first block; the loss's last."""
         out = {}
-        for b in self.mine:
+        for b in self.mine if blocks is None else blocks:
             default = tuple(f"input{i}" for i in range(inputs)) if not self.flow.in_edges[b] else ()
             out[b] = self.user_feeds.get(b, default) + (self.loss_feeds if b in self.flow.sinks else ())
         return out
@@ -175,7 +180,9 @@ class Pipeline:
             if not isinstance(v, Tensor):
                 raise PipelineError(f"batch field {k!r} is a {type(v).__name__}: expected a tensor")
         feeds = self._feeds(len(inputs))
-        for b, names in feeds.items():
+        # every rank checks every block's fields, so a wrong call fails the same way on all ranks
+        # before any message is sent (not on one rank while the others wait for it)
+        for b, names in self._feeds(len(inputs), self.flow.forwards).items():
             for f in names:
                 if f not in batch:
                     raise PipelineError(f"block {b!r} reads batch field {f!r}, which step() did not get"

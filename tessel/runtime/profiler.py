@@ -374,7 +374,7 @@ def _latency_ms(p: Placement, by: Mapping[str, BlockProfile], bandwidth: float, 
 
 def profile_modules(modules: Mapping[str, nn.Module] | Sequence[nn.Module], inputs: Sequence[Any], *,
                     devices: int | None = None, split_weight: bool = False, name: str = "chain",
-                    **options: Any) -> Profile:
+                    layout: str = "loop", **options: Any) -> Profile:
     """Profile any model cut into a chain of blocks (tessel.runtime.split gives them), placed one
     block per device (block i on device i mod `devices`; default one device each).
 
@@ -389,10 +389,18 @@ def profile_modules(modules: Mapping[str, nn.Module] | Sequence[nn.Module], inpu
         raise PlacementError("no blocks to profile")
     n = devices or len(named)
     if not 1 <= n <= len(named):
-        raise PlacementError(f"{len(named)} blocks cannot use {n} devices (every device needs a block)")
+        raise PlacementError(f"{len(named)} blocks cannot use {n} devices (every device needs a block): "
+                             f"use at most {len(named)} devices or cut the model into more blocks")
+    if layout not in ("loop", "v"):
+        raise PlacementError(f"layout must be 'loop' or 'v', got {layout!r}")
+    if layout == "v" and len(named) != 2 * n:
+        raise PlacementError(f"the 'v' layout puts two blocks on each device: {len(named)} blocks need "
+                             f"{len(named) // 2} devices, not {n}" if len(named) % 2 == 0 else
+                             f"the 'v' layout puts two blocks on each device; {len(named)} blocks is odd")
+    device_of = [i % n if layout == "loop" or i < n else 2 * n - 1 - i for i in range(len(named))]
     trained = {b: any(p.requires_grad for p in m.parameters()) or i > 0 for i, (b, m) in enumerate(named.items())}
-    stages = [Stage(b, (i % n,), 1, 1 if trained[b] else 0, 1 if split_weight and trained[b] else 0,
+    stages = [Stage(b, (device_of[i],), 1, 1 if trained[b] else 0, 1 if split_weight and trained[b] else 0,
                     1, (b, f"{b}.b", f"{b}.w")) for i, b in enumerate(named)]
     edges = [(a.name, c.name) for a, c in zip(stages, stages[1:])]
-    placement = build_stages(f"{name}-{n}", n, stages, edges, split_weight=split_weight)
+    placement = build_stages(f"{name}-{n}" + ("-v" if layout == "v" else ""), n, stages, edges, split_weight=split_weight)
     return profile(placement, named, tuple(inputs), **options)

@@ -292,7 +292,8 @@ def check_memory(problem: Problem) -> None:
             raise MemoryLimitError(f"placement {problem.placement.name!r}: memory on device {d} grows by "
                                    f"{_fmt(_unscale(left, problem.memory_scale))} per micro-batch (its blocks "
                                    f"do not release what they allocate), so no limit holds for many "
-                                   f"micro-batches; search it without --memory")
+                                   f"micro-batches; search it without a memory limit (memory=None; no --memory "
+                                   f"on the command line)")
     need = least_memory(problem.units)
     short = [d for d, (n, lim) in enumerate(zip(need, problem.limit)) if n > lim]
     if short:
@@ -304,9 +305,17 @@ def memory_error(problem: Problem, need: Sequence[int], short: Sequence[int]) ->
     limit = problem.real_limit() or ()
     where = ", ".join(f"device {d} needs at least {_fmt(_unscale(need[d], s))} (limit {_fmt(limit[d])})"
                       for d in short)
-    least = ",".join(_fmt(_unscale(max(n, 0), s)) for n in need)
+    least = [_unscale(max(n, 0), s) for n in need]
     return MemoryLimitError(f"memory limit too small for placement {problem.placement.name!r}: {where}; "
-                            f"the smallest limits that could work are --memory {least}")
+                            f"the smallest limits that could work are {limits_hint(least)}")
+
+
+def limits_hint(limits: Sequence[Number]) -> str:
+    """Per-device limits as both the Python argument and the command-line option say them, in the
+    placement's memory unit (MiB for a profiled one)."""
+    values = [_fmt(x) for x in limits]
+    return (f"memory=[{', '.join(values)}] (in the placement's memory unit; `--memory {','.join(values)}` "
+            f"on the command line)")
 
 
 def _fmt(x: Number) -> str:

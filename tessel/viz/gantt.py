@@ -182,6 +182,9 @@ def _draw_tasks(ax: Axes, s: Schedule, units_to_pt: float, row_pt: float) -> boo
     links: dict[str, list[list[tuple[float, float]]]] = {k: [] for k in KINDS}
     labels: list[tuple[float, float, str, str]] = []
     fontsize, fits = _label_rule(s, units_to_pt, row_pt)
+    # the block's name too, where it fits beside the widest micro-batch number
+    wide = len(str(s.micro_batches - 1)) + 1
+    named = {b.id: b.duration * units_to_pt >= 0.62 * (len(b.id) + wide) * fontsize + 2 for b in p.blocks}
     min_box_pt = min(b.duration for b in p.blocks) * units_to_pt
     for t in s.tasks:
         b = p.by_id[t.block]
@@ -191,7 +194,8 @@ def _draw_tasks(ax: Axes, s: Schedule, units_to_pt: float, row_pt: float) -> boo
             y0, y1 = _row(n, last) - HALF, _row(n, first) + HALF
             verts[b.kind].append(np.array([(x0, y0), (x0, y1), (x1, y1), (x1, y0)]))
             if fits[b.id]:
-                labels.append(((x0 + x1) / 2, (y0 + y1) / 2, str(t.micro_batch), b.kind))
+                text = f"{b.id}:{t.micro_batch}" if named[b.id] else str(t.micro_batch)
+                labels.append(((x0 + x1) / 2, (y0 + y1) / 2, text, b.kind))
         xm = (x0 + x1) / 2
         links[b.kind] += [[(xm, _row(n, a_last) - HALF), (xm, _row(n, b_first) + HALF)]
                           for (_, a_last), (b_first, _) in zip(runs, runs[1:])]
@@ -351,6 +355,10 @@ def _draw_header(fig: Figure, s: Schedule, lay: Layout, title: str | None, shade
     handles: list[Patch | Line2D] = [Patch(color=KIND_COLORS[k], label=k) for k in kinds]
     if linked:
         handles.append(Line2D([], [], color="#555555", ls="--", label="one task, non-adjacent devices"))
+    if any(len(b.devices) > 1 for b in s.placement.blocks):
+        handles.append(Patch(facecolor="white", edgecolor="#555555",
+                             label="box over several rows: one block on all of them (sharded/tensor-parallel)"))
+    handles.append(Line2D([], [], ls="none", label="label: block:micro-batch (the number alone where narrow)"))
     if shaded:
         handles += [Patch(color=c, label=name) for name, c in PHASE_COLORS.items()]
     if has_limit:

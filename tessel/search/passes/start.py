@@ -11,7 +11,7 @@ from ..completion import makespan
 from ..exact import solve_exact
 from ..fast import NoFitError, sequential, starting_repetend
 from ..modulo import Modulo, steady_memory
-from ..problem import MemoryLimitError, Problem, least_memory
+from ..problem import MemoryLimitError, Problem, least_memory, limits_hint
 from ..state import State
 
 
@@ -52,10 +52,9 @@ def no_fit(p: Problem) -> MemoryLimitError:
     where = ", ".join(f"device {d} reaches {_real_memory(one[d], scale)} one micro-batch at a time (limit "
                       f"{_real_memory(limit[d], scale)}, proven least {_real_memory(least[d], scale)})"
                       for d in range(len(one)) if one[d] > limit[d])
-    works = fmt([_real_memory(x, scale) for x in one], digits=6)
     return MemoryLimitError(f"no order of one micro-batch of {p.placement.name!r} fits the memory limit "
                             f"{fmt_list(p.real_limit())} (proven by the solver): {where}; limits that work: "
-                            f"--memory {works}")
+                            f"{limits_hint([_real_memory(x, scale) for x in one])}")
 
 
 def _real_memory(x: int, scale: int) -> Number:
