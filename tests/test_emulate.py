@@ -10,10 +10,14 @@ import re
 
 import pytest
 
+pytest.importorskip("torch")
+
 from tessel import library
 from tessel.methods import run_method
 from tessel.runtime.emulate import Emulation, replay_makespan, run_emulated
 from tests.conftest import Run
+
+pytestmark = pytest.mark.torch
 
 UNIT_MS = 20.0
 

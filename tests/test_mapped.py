@@ -6,9 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
+pytest.importorskip("torch")
 import torch
 import torch.nn.functional as F
-from tessel.profiler import profile_modules
 from torch import nn
 
 from tessel.costmodel import hardware
@@ -18,7 +19,10 @@ from tessel.plan.planner import picked
 from tessel.runtime.launch import Options, launch
 from tessel.runtime.mapped import MappedPipeline, block_map
 from tessel.runtime.pipeline import PipelineError
+from tessel.runtime.profiler import profile_modules
 from tessel.schedule import schedule_from_dict
+
+pytestmark = [pytest.mark.torch, pytest.mark.slow]
 
 N = 4
 TOL = 1e-5

@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+pytest.importorskip("torch")
+
 from tessel import library
 from tessel.cli import main
 from tessel.cli.runtime import _report
@@ -21,6 +23,8 @@ from tessel.io import all_or_nothing, atomic_write
 from tessel.methods import run_method
 from tessel.runtime.launch import LaunchError, Options, launch
 from tessel.runtime.train import RankReport, StepReport
+
+pytestmark = pytest.mark.torch
 
 FAST = Options(timeout=120, pg_timeout=60)
 

@@ -19,12 +19,16 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+
+pytest.importorskip("torch")
 import torch
 from torch._C._distributed_c10d import PrefixStore, TCPStore
 
 from tessel.runtime import comm
 from tessel.runtime.launch import serve_store
 from tessel.runtime.signed import SignedStore, StoreError
+
+pytestmark = [pytest.mark.torch, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT = 300  # the job's --timeout

@@ -7,11 +7,15 @@ from __future__ import annotations
 
 import pytest
 
+pytest.importorskip("torch")
+
 from tessel import library
 from tessel.methods import run_method
 from tessel.runtime.memory import unit_bytes
 from tessel.runtime.networks import declare_kept, example
 from tessel.runtime.train import TrainJob, train
+
+pytestmark = [pytest.mark.torch, pytest.mark.slow]
 
 
 @pytest.mark.parametrize("model, name", [("gpt", "nnshape"), ("gpt", "mllm"), ("kshape", "kshape")])
