@@ -45,7 +45,7 @@ def test_misspelled_placement_fields_are_refused_with_the_closest_name(path: tup
 
 def test_unknown_schedule_fields_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     s = library.build("vshape", 2)
-    doc = search(s, 2).to_dict()
+    doc = search(s, 2, time_limit=60).to_dict()
     schedule_from_dict(doc)
     with pytest.raises(ScheduleError, match=r"unknown field 'taskz' \(did you mean 'tasks'\?"):
         schedule_from_dict(_with(doc, (), "tasks", "taskz") | {"tasks": doc["tasks"]})
@@ -73,7 +73,7 @@ def test_search_refuses_memory_that_grows_without_bound_unless_asked(tmp_path: P
 
 def test_memory_limit_error_in_python_names_the_argument_and_unit() -> None:
     with pytest.raises(MemoryLimitError) as e:
-        search(library.build("vshape", 4), 8, memory=[1, 1, 1, 0.5])
+        search(library.build("vshape", 4), 8, memory=[1, 1, 1, 0.5], time_limit=60)
     msg = str(e.value)
     assert "memory=[" in msg and "in the placement's memory unit" in msg, msg
 
