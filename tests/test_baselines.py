@@ -27,7 +27,8 @@ APPLIES = {
     "mllm": {"gpipe", "1f1b", "greedy"},
     "finetune": {"gpipe", "1f1b", "greedy"},
     "zb": {"gpipe", "1f1b", "zb-h1", "zb-h2", "greedy"},
-    "zbv": {"gpipe", "1f1b", "zb-v", "zb-v-half", "zb-v-min", "greedy"},
+    "zbv": {"gpipe", "1f1b", "zb-v", "zb-v-half", "zb-v-min", "dualpipev", "greedy"},
+    "interleaved-zb": {"gpipe", "1f1b", "greedy"},
 }
 
 
@@ -79,6 +80,28 @@ def test_zb_h1_makespan_and_memory(p: int, extra: int, f: int, b: int, w: int) -
     assert s.makespan == n * (f + b + w) + (p - 1) * (f + b - w)
     assert s.peak_memory == (p,) * p  # 1F1B's peak, on every stage
     assert s.makespan <= BASELINES["1f1b"](library.zb(p, forward=f, backward=b, weight=w), n, None).makespan
+
+
+@FEW
+@given(p=st.integers(1, 6), extra=st.integers(0, 6), f=st.integers(1, 3), b=st.integers(1, 3), w=st.integers(1, 3))
+def test_dualpipev_memory_and_steady_state(p: int, extra: int, f: int, b: int, w: int) -> None:
+    # by hand (tessel/baselines/dualpipe.py): the warm-up leaves 2p chunk activations on every device
+    # and each overlapped pair starts its F before its B frees one: 2p + 1; in the main phase every
+    # device is busy, so one more micro-batch adds exactly a device's work for it, 2 (F + B + W)
+    z = library.zbv(p, forward=f, backward=b, weight=w)
+    n = 2 * p + extra
+    s, more = (check(BASELINES["dualpipev"](z, k, None), "dualpipev") for k in (n, n + 1))
+    assert s.peak_memory == more.peak_memory == (2 * p + 1,) * p
+    assert more.makespan - s.makespan == 2 * (f + b + w)
+    assert s.makespan >= n * 2 * (f + b + w)
+    with pytest.raises(BaselineError, match=f"dualpipev needs at least as many micro-batches as the V's {2 * p}"):
+        BASELINES["dualpipev"](z, 2 * p - 1, None)
+
+
+def test_dualpipev_with_profiled_costs_and_latency_is_valid() -> None:
+    z = library.zbv(4, forward=0.5, backward=0.488, weight=0.252, latency=0.032)
+    s = check(BASELINES["dualpipev"](z, 12, None), "dualpipev")
+    assert s.peak_memory == (9,) * 4 and s.lower_bound <= s.makespan
 
 
 @pytest.mark.parametrize("devices", [2, 4, 6, 8])
@@ -148,7 +171,7 @@ def dags(draw: st.DrawFn) -> Placement:
 def test_every_fitting_baseline_is_valid_on_random_dags(p: Placement, n: int) -> None:
     assert "greedy" in applicable(p)
     for method in applicable(p):
-        if method == "interleaved" and n % p.devices:
+        if (method == "interleaved" and n % p.devices) or (method == "dualpipev" and n < 2 * p.devices):
             continue
         check(BASELINES[method](p, n, None), method)
 

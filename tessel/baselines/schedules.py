@@ -25,6 +25,9 @@ How far they reach:
 - `zb-h1`: zero-bubble H1 orders on a pipeline whose backwards are split into B and W: 1F1B
   warm-up, then F B per step with stage i keeping i weight passes back to fill the cool-down
   (peak memory p on every stage, 1F1B's peak).
+- `dualpipev`: DeepSeek's DualPipeV on the V (`zbv`): each overlapped F&B pair run back to back
+  (tessel.baselines.dualpipe); micro-batches at least the V's 2p stages. Memory: 2p + 1 chunk
+  activations per device.
 - `greedy`: any placement, any memory limit a micro-batch fits in (see tessel.baselines.engine).
 """
 from __future__ import annotations
@@ -38,6 +41,7 @@ from ..key import Key
 from ..placement import Number, Placement, make_placement
 from ..schedule import normalise_limit
 from ..timing import earliest_starts
+from .dualpipe import dualpipev_orders
 from .engine import Pool, Pools, backward_first, list_schedule, memory_need, one_group, reservations
 from .shapes import FORWARD_PHASE, BaselineError, Chain, chain, check_phases, components, single_chain
 from .zero_bubble import Plan, zero_bubble_starts
@@ -313,6 +317,14 @@ def _zero_bubble(chain: Callable[[Placement, str], Chain], budget: Callable[[int
     return Baseline(fits, starts, _few)
 
 
+def _dualpipev_fits(p: Placement) -> None:
+    _v_chain(p, "dualpipev")
+
+
+def _dualpipev(p: Placement, n: int, limit: Limit) -> Starts:
+    return earliest_starts(p, n, dualpipev_orders(p, _v_chain(p, "dualpipev"), n))
+
+
 def _few(p: Placement) -> tuple[int, ...]:
     return (1, 2, 3, 4)
 
@@ -328,5 +340,6 @@ REGISTRY: dict[str, Baseline] = {
     "zb-v": _zero_bubble(_v_chain, lambda k: k, "zb-v"),
     "zb-v-half": _zero_bubble(_v_chain, lambda k: k / 2 + 1, "zb-v-half"),
     "zb-v-min": _zero_bubble(_v_chain, lambda k: k / 3 + 1, "zb-v-min"),
+    "dualpipev": Baseline(_dualpipev_fits, _dualpipev, _few),
     "greedy": Baseline(lambda p: None, _greedy, _few),
 }
