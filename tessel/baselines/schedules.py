@@ -28,6 +28,10 @@ How far they reach:
 - `dualpipev`: DeepSeek's DualPipeV on the V (`zbv`): each overlapped F&B pair run back to back
   (tessel.baselines.dualpipe); micro-batches at least the V's 2p stages. Memory: 2p + 1 chunk
   activations per device.
+- `torch-zbv`, `torch-dualpipev`, `torch-interleaved-1f1b`, `torch-interleaved-zb`: the orders
+  of torch.distributed.pipelining's own generators (tessel.baselines.torch_orders) on the
+  placement of their shape (`zbv`; `interleaved`, whose split form `interleaved-zb` the last one
+  needs); only where torch is installed.
 - `greedy`: any placement, any memory limit a micro-batch fits in (see tessel.baselines.engine).
 """
 from __future__ import annotations
@@ -44,6 +48,7 @@ from ..timing import earliest_starts
 from .dualpipe import dualpipev_orders
 from .engine import Pool, Pools, backward_first, list_schedule, memory_need, one_group, reservations
 from .shapes import FORWARD_PHASE, BaselineError, Chain, chain, check_phases, components, single_chain
+from .torch_orders import TORCH, torch_chain, torch_orders
 from .zero_bubble import Plan, zero_bubble_starts
 
 Limit = Number | Sequence[Number] | None
@@ -56,6 +61,9 @@ class Baseline:
     starts: Callable[[Placement, int, Limit], Starts]
     # micro-batches one period of the steady state may advance by, tried in turn; () for none
     shifts: Callable[[Placement], tuple[int, ...]] = lambda p: ()
+    # raced by the search by default; off for torch's generators (an optional dependency whose
+    # first import takes seconds): the peers bench races them on purpose
+    raced: bool = True
 
 
 def _is_forward(p: Placement, b: str) -> bool:
@@ -325,6 +333,15 @@ def _dualpipev(p: Placement, n: int, limit: Limit) -> Starts:
     return earliest_starts(p, n, dualpipev_orders(p, _v_chain(p, "dualpipev"), n))
 
 
+def _torch(method: str) -> Baseline:
+    def fits(p: Placement) -> None:
+        torch_chain(p, method)
+
+    def starts(p: Placement, n: int, limit: Limit) -> Starts:
+        return earliest_starts(p, n, torch_orders(p, method, n))
+    return Baseline(fits, starts, lambda p: (1, 2, 3, 4, p.devices), raced=False)
+
+
 def _few(p: Placement) -> tuple[int, ...]:
     return (1, 2, 3, 4)
 
@@ -341,5 +358,6 @@ REGISTRY: dict[str, Baseline] = {
     "zb-v-half": _zero_bubble(_v_chain, lambda k: k / 2 + 1, "zb-v-half"),
     "zb-v-min": _zero_bubble(_v_chain, lambda k: k / 3 + 1, "zb-v-min"),
     "dualpipev": Baseline(_dualpipev_fits, _dualpipev, _few),
+    **{name: _torch(name) for name in TORCH},  # torch's own generators (tessel.baselines.torch_orders)
     "greedy": Baseline(lambda p: None, _greedy, _few),
 }

@@ -37,7 +37,7 @@ from fractions import Fraction
 from typing import Any
 
 from .. import bounds
-from ..baselines import BASELINES, BaselineError, applicable, run_baseline, with_repetend
+from ..baselines import BASELINES, BaselineError, raced, run_baseline, with_repetend
 from ..errors import TesselError
 from ..key import Key
 from ..numeric import fmt, rounded
@@ -158,7 +158,7 @@ def _race(run: Run, share: float) -> list[Schedule]:
         return []
     t0, out = time.perf_counter(), []
     per_baseline = tasks * run.budget.baseline_per_task
-    for name in sorted(applicable(p), key=lambda x: x == "greedy"):
+    for name in sorted(raced(p), key=lambda x: x == "greedy"):
         if per_baseline > run.clock.left() * share:
             log.info("baseline %s skipped: about %.1fs, over the race's share", name, per_baseline)
             continue
