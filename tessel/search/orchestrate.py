@@ -50,6 +50,7 @@ from .exact import solve_exact
 from .fast import NoFitError, constructions, sequential, starting_repetend
 from .kernel import kernel_starts
 from .modulo import Modulo, fits, steady_memory
+from .polish import polish
 from .problem import MemoryLimitError, Problem, least_memory, make_problem
 from .repetend import RepetendResult, deepest, find_repetend, modulo_of, retry_undecided, solve_period
 from .report import SearchReport
@@ -450,6 +451,8 @@ def _final(run: Run, s: Schedule, rivals: Sequence[Schedule]) -> Schedule:
     t0 = time.perf_counter()
     if not run.problem.exact_time:
         s = _compacted(s)
+    if run.objective == "makespan" and s.makespan > _lower_bound(run)[0] + EPS:
+        s = polish(s, time.perf_counter() + run.clock.left())  # gaps the grid's completion left (polish.py)
     best = min([s, *rivals], key=run.value)
     if best is not s and run.value(best) < run.value(s) - EPS:
         s = _with_repetend(run, best).with_meta(base=str(best.meta.get("method")))
