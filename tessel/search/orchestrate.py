@@ -452,7 +452,8 @@ def _final(run: Run, s: Schedule, rivals: Sequence[Schedule]) -> Schedule:
     if not run.problem.exact_time:
         s = _compacted(s)
     if run.objective == "makespan" and s.makespan > _lower_bound(run)[0] + EPS:
-        s = polish(s, time.perf_counter() + run.clock.left())  # gaps the grid's completion left (polish.py)
+        # gaps the grid's completion left (polish.py); at most half the time spent so far (0.5 s at least)
+        s = polish(s, time.perf_counter() + min(run.clock.left(), max(0.5, run.clock.elapsed() / 2)))
     best = min([s, *rivals], key=run.value)
     if best is not s and run.value(best) < run.value(s) - EPS:
         s = _with_repetend(run, best).with_meta(base=str(best.meta.get("method")))

@@ -15,6 +15,8 @@ the task after the gap; the orders are replayed as early as they allow (tessel.t
 is kept when the makespan, then the sum of the task ends, gets smaller and no device's memory
 goes over its limit (memory depends on the order only: a device allocates at a task's start and
 frees at the end of an earlier one, so the level along its order is a running sum). The walk
+When no gap move helps, a task on the critical path that waited for its device (not for its
+inputs) jumps a few places earlier on it (the job shop's critical-path neighbourhood). The walk
 repeats until no move helps or its deadline passes; every kept schedule is validated by the four
 rules. The repetend is kept when the polished schedule still unrolls with it, dropped otherwise
 (the schedule is still the one for its micro-batches).
@@ -33,6 +35,7 @@ from ..timing import DeadlockError, earliest_starts, orders_of
 
 log = logging.getLogger(__name__)
 LOOKAHEAD = 24  # places later a task may come from
+JUMP = 4  # places earlier a critical task may jump
 MOST_TASKS = 20_000  # above this many tasks one replay costs too much for the walk to pay
 
 
@@ -118,7 +121,50 @@ def _improve(p: Placement, n: int, cur: _State, limit: Sequence[Number] | None, 
                 return new
             if time.perf_counter() >= deadline:
                 return None
+    return _critical_move(p, n, cur, end, limit, deadline)
+
+
+def _critical_move(p: Placement, n: int, cur: _State, end: dict[Key, Number], limit: Sequence[Number] | None,
+                   deadline: float) -> _State | None:
+    """A task on the critical path that waited for its device runs up to JUMP places earlier (the
+    job shop's critical-path neighbourhood): the first such move that makes the schedule better."""
+    for d, i in _critical_arcs(p, cur, end):
+        order = cur.orders[d]
+        for k in range(i - 1, max(i - 1 - JUMP, -1), -1):
+            moved = order[:k] + [order[i]] + order[k:i] + order[i + 1:]
+            if limit is not None and _peak(p, moved) > limit[d] + EPS:
+                continue
+            new = _replay(p, n, [moved if e == d else o for e, o in enumerate(cur.orders)])
+            if new is not None and _better(new, cur):
+                return new
+            if time.perf_counter() >= deadline:
+                return None
     return None
+
+
+def _critical_arcs(p: Placement, cur: _State, end: dict[Key, Number]) -> list[tuple[int, int]]:
+    """(device, place) of each single-device task on the critical path that started when the task
+    before it on its device ended (its inputs may have arrived just then too), from the end backwards."""
+    by = p.by_id
+    place = {(k, d): i for d, order in enumerate(cur.orders) for i, k in enumerate(order)}
+    x = max(end, key=lambda k: end[k])
+    out = []
+    while cur.start[x] > EPS:
+        b, m = x
+        at = cur.start[x]
+        prev = [(d, place[(x, d)]) for d in by[b].devices if place[(x, d)] > 0
+                and end[cur.orders[d][place[(x, d)] - 1]] >= at - EPS]
+        if prev and len(by[b].devices) == 1:  # waited for its device (maybe its inputs too, on a tie)
+            out.append(prev[0])
+        ready = max(((end[(a, m)] + p.edge_latency(a, b), (a, m)) for a in p.preds[b]), default=None)
+        if ready is not None and ready[0] >= at - EPS:
+            x = ready[1]
+        elif prev:
+            d, i = prev[0]
+            x = cur.orders[d][i - 1]
+        else:
+            break
+    return out
 
 
 def _better(a: _State, b: _State) -> bool:
