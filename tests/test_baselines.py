@@ -29,7 +29,7 @@ APPLIES = {
     "finetune": {"gpipe", "1f1b", "greedy"},
     "zb": {"gpipe", "1f1b", "zb-h1", "zb-h2", "greedy"},
     "zbv": {"gpipe", "1f1b", "zb-v", "zb-v-half", "zb-v-min", "dualpipev", "greedy"},
-    "interleaved-zb": {"gpipe", "1f1b", "greedy"},
+    "interleaved-zb": {"gpipe", "1f1b", "interleaved", "greedy"},
 }
 if importlib.util.find_spec("torch") is not None:  # torch's own generators, where their shape fits
     APPLIES["zbv"] |= {"torch-zbv", "torch-dualpipev"}
@@ -74,6 +74,12 @@ def test_interleaved_makespan_is_megatrons(p: int, v: int, groups: int, f: int, 
     n = groups * p
     s = check(BASELINES["interleaved"](library.interleaved(p, v, forward=f, backward=b), n, None), "interleaved")
     assert s.makespan == n * v * (f + b) + (p - 1) * (f + b)
+    # the backward split into B and W run back to back: the same orders, but the gradient moves on
+    # after B, so never longer than with B + W as one block; the same activations in flight
+    split = library.interleaved_zb(p, v, forward=f, backward=b, weight=1)
+    z = check(BASELINES["interleaved"](split, n, None), "interleaved")
+    assert n * v * (f + b + 1) <= z.makespan <= n * v * (f + b + 1) + (p - 1) * (f + b + 1)
+    assert z.peak_memory == s.peak_memory
 
 
 @FEW

@@ -15,7 +15,8 @@ How far they reach:
   synchronised on all their devices at once: the paper's "1F1B+". Any training placement whose
   forward blocks never wait on backward ones.
 - `interleaved`: Megatron's interleaved 1F1B orders on a looped pipeline (v >= 2 chunks per
-  device); micro-batches a multiple of the device count, as Megatron requires.
+  device); micro-batches a multiple of the device count, as Megatron requires. On a split
+  backward (`interleaved-zb`) each W runs right after its B.
 - `chimera`: two opposite pipelines (xshape), Chimera's (Li & Hoefler, SC'21) orders: units of
   p/2 micro-batches (p pipeline halves, p/2 per direction); in a unit each pipeline runs 1F1B and
   each device interleaves its two stages by their stand-alone times (both pipelines' forwards in
@@ -219,8 +220,8 @@ def _looped(p: Placement) -> tuple[Chain, int]:
     c = single_chain(p, "interleaved")
     devs = c.devices(p)
     first = devs[:p.devices]
-    if not c.backward or c.weight:
-        raise BaselineError("interleaved needs a looped pipeline with whole backwards")
+    if not c.backward or (c.weight and len(c.weight) != len(c.backward)):
+        raise BaselineError("interleaved needs a looped pipeline with every backward whole or every one split")
     if sorted(first) != list(range(p.devices)) or any(d != first[k % p.devices] for k, d in enumerate(devs)):
         raise BaselineError("interleaved needs a looped pipeline: stage k on the (k mod p)-th device")
     chunks = len(devs) // p.devices
@@ -250,7 +251,9 @@ def _interleaved(p: Placement, n: int, limit: Limit) -> Starts:
         warm = min((k_dev - r - 1) * 2 + (v - 1) * k_dev, total)
         fwd = [(c.forward[((k // k_dev) % v) * k_dev + r], micro(k)) for k in range(total)]
         bwd = [(c.backward[s - 1 - ((v - 1 - (k // k_dev) % v) * k_dev + r)], micro(k)) for k in range(total)]
-        orders[dev] = one_f_one_b(fwd, bwd, warm)
+        order = one_f_one_b(fwd, bwd, warm)
+        # a split backward (interleaved-zb) runs its W right after its B, as a whole one would
+        orders[dev] = [x for key in order for x in ([key, (c.weight[key[0]], key[1])] if key[0] in c.weight else [key])]
     return earliest_starts(p, n, orders)
 
 
