@@ -28,7 +28,7 @@ APPLIES = {
     "mllm": {"gpipe", "1f1b", "greedy"},
     "finetune": {"gpipe", "1f1b", "greedy"},
     "zb": {"gpipe", "1f1b", "zb-h1", "zb-h2", "greedy"},
-    "zbv": {"gpipe", "1f1b", "zb-v", "zb-v-half", "zb-v-min", "dualpipev", "greedy"},
+    "zbv": {"gpipe", "1f1b", "zb-v", "zb-v-half", "zb-v-min", "zb-v-hand", "dualpipev", "greedy"},
     "interleaved-zb": {"gpipe", "1f1b", "interleaved", "greedy"},
 }
 if importlib.util.find_spec("torch") is not None:  # torch's own generators, where their shape fits
@@ -107,6 +107,18 @@ def test_dualpipev_memory_and_steady_state(p: int, extra: int, f: int, b: int, w
     assert s.makespan >= n * 2 * (f + b + w)
     with pytest.raises(BaselineError, match=f"dualpipev needs at least as many micro-batches as the V's {2 * p}"):
         BASELINES["dualpipev"](z, 2 * p - 1, None)
+
+
+@FEW
+@given(p=st.integers(1, 6), extra=st.integers(0, 6), f=st.integers(1, 3), b=st.integers(1, 3), w=st.integers(1, 3))
+def test_zb_v_hand_keeps_1f1bs_memory(p: int, extra: int, f: int, b: int, w: int) -> None:
+    # by hand (tessel/baselines/zbv_hand.py): 2p - 1 chunk activations after the warm-up, one more
+    # at a time in phase 3: 2p on every device (1F1B's M_B); never longer than 1F1B on the V
+    z = library.zbv(p, forward=f, backward=b, weight=w)
+    n = 2 * p - 1 + extra
+    s = check(BASELINES["zb-v-hand"](z, n, None), "zb-v-hand")
+    assert s.peak_memory == (2 * p,) * p
+    assert n * 2 * (f + b + w) <= s.makespan <= BASELINES["1f1b"](z, n, None).makespan
 
 
 def test_dualpipev_with_profiled_costs_and_latency_is_valid() -> None:

@@ -13,6 +13,7 @@ from tessel.baselines import BASELINES, BaselineError, applicable, raced, why_no
 from tessel.baselines.dualpipe import dualpipev_orders
 from tessel.baselines.schedules import _v_chain
 from tessel.baselines.torch_orders import _check_complete, torch_orders
+from tessel.baselines.zbv_hand import zbv_hand_orders
 from tessel.schedule import Schedule
 
 pytest.importorskip("torch")
@@ -25,11 +26,18 @@ def valid(s: Schedule, method: str) -> Schedule:
 
 
 @pytest.mark.parametrize("p", [1, 2, 3, 4])
-def test_torch_dualpipev_is_tesseles_dualpipev_task_for_task(p: int) -> None:
+def test_torch_dualpipev_is_tessels_dualpipev_task_for_task(p: int) -> None:
     # two independent writings of DeepSeek's eight phases give the same per-device orders
     z = library.zbv(p)
     for n in (2 * p, 2 * p + 1, 3 * p + 2):
         assert torch_orders(z, "torch-dualpipev", n) == dualpipev_orders(z, _v_chain(z, "dualpipev"), n)
+
+
+@pytest.mark.parametrize("p", [1, 2, 3, 5])
+def test_torch_zbv_is_tessels_zb_v_hand_task_for_task(p: int) -> None:
+    z = library.zbv(p)
+    for n in (1, 2 * p - 1, 2 * p, 3 * p + 1):
+        assert torch_orders(z, "torch-zbv", n) == zbv_hand_orders(z, _v_chain(z, "zb-v-hand"), n)
 
 
 @pytest.mark.parametrize("p,v", [(2, 2), (4, 2), (4, 3)])

@@ -26,6 +26,8 @@ How far they reach:
 - `zb-h1`: zero-bubble H1 orders on a pipeline whose backwards are split into B and W: 1F1B
   warm-up, then F B per step with stage i keeping i weight passes back to fill the cool-down
   (peak memory p on every stage, 1F1B's peak).
+- `zb-v-hand`: ZB-V's published hand-made schedule (tessel.baselines.zbv_hand; torch's
+  ScheduleZBVZeroBubble runs it too). Memory: 2p chunk activations per device, 1F1B's.
 - `dualpipev`: DeepSeek's DualPipeV on the V (`zbv`): each overlapped F&B pair run back to back
   (tessel.baselines.dualpipe); micro-batches at least the V's 2p stages. Memory: 2p + 1 chunk
   activations per device.
@@ -50,6 +52,7 @@ from .dualpipe import dualpipev_orders
 from .engine import Pool, Pools, backward_first, list_schedule, memory_need, one_group, reservations
 from .shapes import FORWARD_PHASE, BaselineError, Chain, chain, check_phases, components, single_chain
 from .torch_orders import TORCH, torch_chain, torch_orders
+from .zbv_hand import zbv_hand_orders
 from .zero_bubble import Plan, zero_bubble_starts
 
 Limit = Number | Sequence[Number] | None
@@ -328,8 +331,12 @@ def _zero_bubble(chain: Callable[[Placement, str], Chain], budget: Callable[[int
     return Baseline(fits, starts, _few)
 
 
-def _dualpipev_fits(p: Placement) -> None:
-    _v_chain(p, "dualpipev")
+def _zbv_hand(p: Placement, n: int, limit: Limit) -> Starts:
+    return earliest_starts(p, n, zbv_hand_orders(p, _v_chain(p, "zb-v-hand"), n))
+
+
+def _dualpipev_fits(p: Placement, method: str = "dualpipev") -> None:
+    _v_chain(p, method)
 
 
 def _dualpipev(p: Placement, n: int, limit: Limit) -> Starts:
@@ -360,6 +367,7 @@ REGISTRY: dict[str, Baseline] = {
     "zb-v": _zero_bubble(_v_chain, lambda k: k, "zb-v"),
     "zb-v-half": _zero_bubble(_v_chain, lambda k: k / 2 + 1, "zb-v-half"),
     "zb-v-min": _zero_bubble(_v_chain, lambda k: k / 3 + 1, "zb-v-min"),
+    "zb-v-hand": Baseline(lambda p: _dualpipev_fits(p, "zb-v-hand"), _zbv_hand, _few),
     "dualpipev": Baseline(_dualpipev_fits, _dualpipev, _few),
     **{name: _torch(name) for name in TORCH},  # torch's own generators (tessel.baselines.torch_orders)
     "greedy": Baseline(lambda p: None, _greedy, _few),
