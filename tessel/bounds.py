@@ -4,6 +4,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .numeric import EPS
 from .placement import Number, Placement
 
 
@@ -109,3 +110,27 @@ def shard_lower_bound(p: Placement, micro_batches: int) -> Number:
             load = sum(dur[b] for b in own)
             best = max(best, min(est[b] for b in own) + micro_batches * load + min(tail[b] for b in own))
     return micro_batches * shared + best
+
+
+Holds = Sequence[tuple[str, str, Number]]  # (allocating block, releasing block, amount) of one device
+
+
+def proven_lower_bound(p: Placement, micro_batches: int, memory: Sequence[tuple[int, Holds, Number]] = (),
+                       solver: Number | None = None, objective: str = "makespan") -> tuple[Number, str]:
+    """The best proven lower bound of a search's objective, and which argument proved it:
+    FORMAT.md's (analytic), the fill through all-device blocks (shard), Little's law on each
+    limited device's (device, holds, limit) in `memory` (memory), or a `solver` bound proven on
+    an exact grid. The span objective (each device's own work) has its own."""
+    if objective == "span":
+        return max(micro_batches * x for x in p.loads), "analytic"
+    best: tuple[Number, str] = (lower_bound(p, micro_batches), "analytic")
+    shard = shard_lower_bound(p, micro_batches)
+    if shard > best[0] + EPS:
+        best = (shard, "shard")
+    for d, holds, limit in memory:
+        x = memory_lower_bound(p, micro_batches, d, holds, limit)
+        if x > best[0] + EPS:
+            best = (x, "memory")
+    if solver is not None and solver > best[0] + EPS:
+        best = (solver, "solver")
+    return best

@@ -10,13 +10,15 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from .baselines import BASELINES, BaselineError, why_not
+from .baselines import BASELINES, why_not
+from .errors import UsageError
 from .placement import Placement
 from .schedule import Schedule
+from .search.budget import MODES
 
 log = logging.getLogger(__name__)
 Method = Callable[..., Schedule]
-SEARCH_MODES = ("tessel", "fast", "exact")
+SEARCH_MODES = MODES
 
 
 def _baseline(name: str) -> Method:
@@ -44,12 +46,12 @@ def available_methods() -> list[str]:
 def why_not_method(name: str, placement: Placement) -> str | None:
     """Why a method does not apply to the placement (the search modes apply to any), else None."""
     if name not in METHODS:
-        raise BaselineError(f"unknown method {name!r}; known: {', '.join(available_methods())}")
+        raise UsageError(f"unknown method {name!r}; known: {', '.join(available_methods())}")
     return None if name in SEARCH_MODES else why_not(name, placement)
 
 
 def run_method(name: str, placement: Placement, micro_batches: int, memory_limit: Any = None,
                **opts: Any) -> Schedule:
     if name not in available_methods():
-        raise BaselineError(f"unknown method {name!r}; known: {', '.join(available_methods())}")
+        raise UsageError(f"unknown method {name!r}; known: {', '.join(available_methods())}")
     return METHODS[name](placement, micro_batches, memory_limit, **opts)

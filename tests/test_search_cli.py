@@ -64,3 +64,24 @@ def test_the_time_limit_counts_from_each_command_not_from_the_first_import(tesse
     rc, _, stderr = tessel("search", "vshape", "-n", "4", "--time-limit", "5")
     assert rc == 2 and "stop here" in stderr
     assert len(seen) == 1 and seen[0] >= before  # an in-process call gets its own wall clock
+
+
+def test_plan_and_search_stop_at_the_same_wall_clock(tessel, tmp_path: Path) -> None:
+    """Both commands build their clock the same way (search.command_clock) from the command's
+    start: neither runs past its --time-limit, whatever it has left to try. Elapsed time is
+    measured against the limit with room for a loaded machine; not a speed figure."""
+    import time
+
+    from tessel.schedule import Schedule
+    limit = 4.0
+    runs = {"search": ("search", "nnshape", "--devices", "8", "-n", "64", "--memory", "20"),
+            "plan": ("plan", "gpt", "--devices", "8", "-n", "32")}
+    elapsed = {}
+    for name, argv in runs.items():
+        out = tmp_path / f"{name}.json"
+        t0 = time.perf_counter()
+        rc, stdout, stderr = tessel(*argv, "--time-limit", limit, "-o", out)
+        elapsed[name] = time.perf_counter() - t0
+        assert rc == 0, stderr
+        assert Schedule.load(out, check=True).errors() == []
+    assert all(t <= limit * 1.5 + 1.0 for t in elapsed.values()), elapsed

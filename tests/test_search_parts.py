@@ -9,6 +9,7 @@ from shared_files import suite_case
 
 from tessel import library
 from tessel.placement import Block, Placement, make_placement
+from tessel.search.budget import Budget, Clock
 from tessel.search.completion import compact, complete, makespan, plain_unroll
 from tessel.search.exact import fifo_blocks, solve_exact
 from tessel.search.fast import construct, constructions, packed
@@ -30,7 +31,7 @@ def test_steady_memory_formula_matches_rule_4_on_long_unrolls(name: str) -> None
     for limit in (3, 6):
         problem = make_problem(p, limit)
         for period in (problem.period_bound, problem.period_bound + 3):
-            res = solve_period(problem, period, 1, 2)
+            res = solve_period(problem, period, Clock(1), 2)
             if not res.found:
                 continue
             mod = modulo_of(res.values, problem, period)
@@ -43,7 +44,7 @@ def test_steady_memory_formula_matches_rule_4_on_long_unrolls(name: str) -> None
 
 def test_steady_memory_of_several_copies_matches_rule_4() -> None:
     problem = make_problem(placement("vshape-4"), 3)
-    res = solve_period(problem, 16, 10, 2, copies=3)
+    res = solve_period(problem, 16, Clock(60), 2, copies=3)  # optimal in seconds; room for a loaded machine
     mod = modulo_of(res.values, problem, 16, 3)
     s = problem.grid_schedule(60, plain_unroll(mod, 60))
     assert list(s.peak_memory) == steady_memory(problem, mod) and max(s.peak_memory) == 3
@@ -53,7 +54,7 @@ def test_little_law_bound_is_tight_on_a_pipeline() -> None:
     problem = make_problem(placement("vshape-4"), 3)
     assert problem.memory_period_bound == Fraction(16, 3)  # device 0 holds each activation 16 units
     assert make_problem(placement("vshape-4"), 20).memory_period_bound == Fraction(16, 20)
-    res = find_repetend(problem, 30)
+    res = find_repetend(problem, Clock(30))
     assert res.modulo.per_micro_batch == Fraction(16, 3) and res.period_optimal
 
 
@@ -98,7 +99,7 @@ def test_construction_fails_cleanly_when_a_period_is_too_short() -> None:
 
 def test_kernel_is_found_in_a_plain_unroll_and_not_across_a_break() -> None:
     problem = make_problem(placement("vshape-4"), None)
-    mod = find_repetend(problem, 10).modulo  # the chain back to back: f at 0..3, b at 4, 7, 10, 13
+    mod = find_repetend(problem, Clock(10)).modulo  # the chain back to back: f at 0..3, b at 4, 7, 10, 13
     starts = plain_unroll(mod, 12)
     nb = len(problem.block_ids)
     assert next(kernel_starts(starts, 12, nb, mod.period, 1)) == 10  # first window with all 8 blocks
@@ -111,7 +112,7 @@ def test_kernel_is_found_in_a_plain_unroll_and_not_across_a_break() -> None:
 
 def test_compaction_never_lengthens_and_keeps_memory() -> None:
     problem = make_problem(placement("mshape-4"), 20)
-    mod = find_repetend(problem, 10).modulo
+    mod = find_repetend(problem, Clock(10)).modulo
     plain = plain_unroll(mod, 16)
     tight = compact(problem, 16, plain)
     assert makespan(problem, tight) < makespan(problem, plain)
@@ -121,8 +122,9 @@ def test_compaction_never_lengthens_and_keeps_memory() -> None:
 
 def test_completion_reaches_the_lower_bound_where_it_is_reachable() -> None:
     problem = make_problem(placement("xshape-4"), 20)
-    mod = find_repetend(problem, 10).modulo
-    done = complete(problem, plain_unroll(mod, 16), 16, [3, 4], 10, 2, 0.2, problem.lower_bound(16))
+    mod = find_repetend(problem, Clock(10)).modulo
+    done = complete(problem, plain_unroll(mod, 16), 16, [3, 4], Clock(10), 2, Budget().stall(0.2),
+                    problem.lower_bound(16))
     assert makespan(problem, done.starts) == problem.lower_bound(16) == 132
     problem.grid_schedule(16, done.starts)
 
@@ -136,7 +138,7 @@ def test_memory_holds_and_event_reservoir_agree() -> None:
     unpaired = make_placement("unpaired", 2, blocks, [("b", "c")])
     for p in (paired, unpaired):
         pr = make_problem(p, 4)
-        res = solve_exact(pr, 5, 20, 2)
+        res = solve_exact(pr, 5, Clock(20), 2)
         assert res.status == "optimal"
         s = pr.grid_schedule(5, {k: v for k, v in res.values.items() if isinstance(k, tuple)})
         assert max(s.peak_memory) <= 4
@@ -162,18 +164,18 @@ def test_solver_helper_reports_status_objective_bound_and_values() -> None:
     end = m.cp.new_int_var(0, 20, "")
     m.cp.add(end >= b + 4)
     m.minimize(end, lower=0)
-    res = m.solve(5, 2)
+    res = m.solve(Clock(5), 2)
     assert res.status == "optimal" and res.objective == res.bound == 7
     assert res.values == {"a": 0, "b": 3}
     m2 = Model()
     x = m2.int_var("x", 0, 1)
     m2.cp.add(x >= 2)
-    assert m2.solve(5, 1).status == "infeasible" and not m2.solve(5, 1).found
+    assert m2.solve(Clock(5), 1).status == "infeasible" and not m2.solve(Clock(5), 1).found
 
 
 def test_repetend_search_proves_smaller_periods_infeasible() -> None:
     problem = make_problem(placement("vshape-4"), 2)
-    res = find_repetend(problem, 30)
+    res = find_repetend(problem, Clock(30))
     assert res.modulo.period == 8 and res.period_optimal
     assert fits(problem, res.modulo)
     # below the Little's-law bound nothing is even tried
@@ -185,15 +187,15 @@ def test_the_deepest_repetend_fills_the_memory_it_is_given() -> None:
     """zb with latency at twice 1F1B's memory: the least-span repetend keeps p - d micro-batches on
     device d; the deepest one at the same period holds more, up to the limit and never above it."""
     p = make_problem(library.zb(4, forward=1, backward=1, weight=1, latency=0.5), 8)
-    least = find_repetend(p, 30).modulo
-    deep = deepest(p, least, 30, 1)
+    least = find_repetend(p, Clock(30)).modulo
+    deep = deepest(p, least, Clock(30), 1)
     assert deep is not None and deep.period == least.period == 6  # grid of 0.5
     assert steady_memory(p, least) == [4, 3, 2, 1]
     assert fits(p, deep) and sum(steady_memory(p, deep)) > sum(steady_memory(p, least))
     assert max(steady_memory(p, deep)) == 8
     unrolled = p.grid_schedule(20, deep.unrolled(range(20)))  # rule 4 agrees with the formula
     assert max(unrolled.peak_memory) <= 8
-    assert deepest(make_problem(library.zb(4), None), least, 30, 1) is None  # no limit: nothing to fill
+    assert deepest(make_problem(library.zb(4), None), least, Clock(30), 1) is None  # no limit: nothing to fill
 
 
 def test_an_undecided_period_is_tried_again_and_replaces_a_longer_repetend() -> None:
@@ -201,7 +203,7 @@ def test_an_undecided_period_is_tried_again_and_replaces_a_longer_repetend() -> 
     slow = next(m for m in constructions(p, p.period_bound + 2) if fits(p, m))
     res = RepetendResult(slow, "construction", "none", False, ((1, p.period_bound, "unknown"),),
                          ((1, p.period_bound),), 0.0)
-    again = retry_undecided(p, res, 30, 1, 0.5)
+    again = retry_undecided(p, res, Clock(30), 1)
     assert again.modulo.period == p.period_bound < slow.period and fits(p, again.modulo)
     assert again.period_optimal and again.undecided == () and again.tried[-1][:2] == (1, p.period_bound)
     s = p.grid_schedule(12, again.modulo.unrolled(range(12)))

@@ -170,8 +170,7 @@ def _compare(args: argparse.Namespace) -> int:
     if unknown:
         raise UsageError(f"unknown method(s) {', '.join(unknown)}; known: {', '.join(known)}")
     placement = resolve_placement(args)
-    opts = {"time_limit": args.time_limit} if args.time_limit is not None else {}
-    rows = [_compare_row(m, placement, args.micro_batches, args.memory, opts) for m in methods]
+    rows = [_compare_row(m, placement, args.micro_batches, args.memory, args.time_limit) for m in methods]
     print_table(("method", "makespan", "lower bound", "ratio", "bubble", "peak memory", "seconds", "note"),
                 [(r["method"], r["makespan"], r["lower_bound"], r["ratio"], r["bubble"],
                   max(r["peak_memory"]) if r["peak_memory"] else None, r["seconds"], r["error"] or "")
@@ -185,14 +184,19 @@ def _compare(args: argparse.Namespace) -> int:
     return 0
 
 
-def _compare_row(method: str, p: Placement, n: int, memory: Any, opts: dict[str, Any]) -> dict[str, Any]:
-    """One method's figures; `error` says why it gave none (does not apply, over the limit, ...)."""
-    from ..methods import run_method, why_not_method
+def _compare_row(method: str, p: Placement, n: int, memory: Any, time_limit: float | None) -> dict[str, Any]:
+    """One method's figures; `error` says why it gave none (does not apply, over the limit, ...).
+    A search method's --time-limit is its own: a command's clock (command_clock) from its start."""
+    from ..methods import SEARCH_MODES, run_method, why_not_method
     row: dict[str, Any] = {"method": method, "makespan": None, "lower_bound": None, "ratio": None,
                            "bubble": None, "peak_memory": None, "seconds": None, "error": why_not_method(method, p)}
     if row["error"]:
         return row
     t0 = time.perf_counter()
+    opts: dict[str, Any] = {}
+    if time_limit is not None and method in SEARCH_MODES:
+        from ..search import command_clock
+        opts["clock"] = command_clock(time_limit, t0)
     try:
         s = run_method(method, p, n, memory, **opts)
     except TesselError as e:  # does not fit, over the limit, no schedule found

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from ..costmodel import HARDWARE, SPECS, hardware
 from ..plan import Cluster, Plan, Row, load_model, plan
 from ..plan.planner import Progress
+from ..search.budget import command_clock
 from .common import UsageError, positive_float, positive_int, print_table, seconds
 from .outputs import add_output_args, write_outputs
 
@@ -60,8 +61,10 @@ def _plan(args: argparse.Namespace) -> int:
         raise UsageError(str(e)) from None
     model = load_model(args.model, cluster, parse_options(args.set))
     with _bar() as progress:
+        # the time limit counts from the command's start, as `tessel search`'s does
+        clock = command_clock(args.time_limit, getattr(args, "started", None))
         result = plan(model.spec, cluster, args.micro_batches, time_limit=args.time_limit, given=model.given,
-                      progress=progress)
+                      progress=progress, clock=clock)
     print_plan(result)
     best = result.best
     if args.placement_out:

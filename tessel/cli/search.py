@@ -5,14 +5,10 @@ import argparse
 from collections.abc import Mapping
 from typing import Any
 
-from ..search import MODES, OBJECTIVES, search
+from ..search import MODES, OBJECTIVES, command_clock, search
 from ..viz.progress import ProgressLine
 from .common import add_memory_arg, add_placement_args, fmt, positive_int, print_summary, resolve_placement, seconds
 from .outputs import add_output_args, write_outputs
-
-# the search's time limit counts from the command's start (main's args.started; CP-SAT loads on
-# its clock), less what printing, writing and the interpreter's exit take after a search
-EXIT_SECONDS = 0.75
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -40,9 +36,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def _search(args: argparse.Namespace) -> int:
     placement = resolve_placement(args)
     with ProgressLine("search") as progress:
-        limit = None if args.time_limit is None else max(args.time_limit - EXIT_SECONDS, args.time_limit * 0.75)
-        s = search(placement, args.micro_batches, memory=args.memory, mode=args.mode, time_limit=limit,
-                   workers=args.workers, progress=progress, objective=args.objective, started=getattr(args, "started", None))
+        # the time limit counts from the command's start (CP-SAT loads on its clock)
+        started = getattr(args, "started", None)
+        clock = None if args.time_limit is None else command_clock(args.time_limit, started)
+        s = search(placement, args.micro_batches, memory=args.memory, mode=args.mode, workers=args.workers,
+                   progress=progress, objective=args.objective, started=started, clock=clock)
     if args.ascii:
         print(s.ascii(), end="")
     print_summary(s)

@@ -22,6 +22,7 @@ from ..costmodel import ModelSpec
 from ..errors import TesselError
 from ..methods import run_method
 from ..schedule import Schedule
+from ..search.budget import Clock
 from .candidates import Candidate, Cluster, candidates
 
 log = logging.getLogger(__name__)
@@ -71,13 +72,15 @@ class Plan:
 
 def plan(spec: ModelSpec, cluster: Cluster, micro_batches: int = 64, time_limit: float = 90.0,
          fast_top: int = 6, tessel_top: int = 2, tp: Sequence[int] | None = None,
-         given: Candidate | None = None, progress: Progress | None = None) -> Plan:
-    """The fastest plan found for `spec` on `cluster` within `time_limit` seconds of search."""
+         given: Candidate | None = None, progress: Progress | None = None, clock: Clock | None = None) -> Plan:
+    """The fastest plan found for `spec` on `cluster` within `time_limit` seconds of search, or
+    within `clock` (a command's wall clock, search.command_clock: the CLI's, from its start)."""
     if micro_batches < 1:
         raise TesselError(f"micro_batches must be >= 1, got {micro_batches}")
     if time_limit <= 0:
         raise TesselError(f"time limit must be > 0 seconds, got {time_limit}")
-    t0 = time.perf_counter()
+    clock = clock or Clock(time_limit)
+    t0 = clock.t0
     cands = _unique([*([given] if given else []), *candidates(spec, cluster, tp)])
     rows = [_memory_check(c, micro_batches) for c in cands]
     fits = [c for c, r in zip(cands, rows) if r is None]
@@ -103,9 +106,9 @@ def plan(spec: ModelSpec, cluster: Cluster, micro_batches: int = 64, time_limit:
             out.append(Row(c, "-", "pruned", f"not searched: lower bound {_bound(c, micro_batches):.1f} ms "
                                              f">= best baseline {ceiling:.1f} ms"))
         searchable = [c for c in searchable if _bound(c, micro_batches) < ceiling]
-    deadline = t0 + time_limit
+    deadline = clock.deadline
     fast_rows = _search_all(searchable[:fast_top], "fast", micro_batches,
-                            t0 + time_limit * FAST_SHARE, tick)
+                            t0 + clock.limit * FAST_SHARE, tick)
     out += fast_rows
     top = [r.candidate for r in sorted((r for r in fast_rows if r.status == "ok"), key=_key)][:tessel_top]
     out += _search_all(top, "tessel", micro_batches, deadline, tick)
@@ -181,7 +184,7 @@ def _search(c: Candidate, mode: str, n: int, limit: float) -> Row:
     from ..search import search
     t0 = time.perf_counter()
     try:
-        s = search(c.placement, math.ceil(n / c.replicas), memory=c.budget, mode=mode, time_limit=limit)
+        s = search(c.placement, math.ceil(n / c.replicas), memory=c.budget, mode=mode, clock=Clock(limit))
     except (ValueError, TimeoutError) as e:  # no schedule fits the budget, or none in time
         return Row(c, mode, "failed", str(e), seconds=time.perf_counter() - t0)
     return Row(c, mode, "ok", "", float(s.makespan), time.perf_counter() - t0, s)

@@ -11,7 +11,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from .budget import MODES, OBJECTIVES, Budget
+from .budget import MODES, OBJECTIVES, Budget, Clock, command_clock
 from .problem import MemoryLimitError
 from .report import SearchReport
 
@@ -19,15 +19,17 @@ if TYPE_CHECKING:
     from ..placement import Number, Placement
     from ..schedule import Schedule
 
-__all__ = ["MODES", "OBJECTIVES", "Budget", "MemoryLimitError", "SearchReport", "search"]
+__all__ = ["MODES", "OBJECTIVES", "Budget", "Clock", "MemoryLimitError", "SearchReport", "command_clock", "search"]
 
 
 def search(placement: Placement, micro_batches: int, memory: Number | Sequence[Number] | None = None,
            mode: str = "tessel", time_limit: float | None = None, workers: int | None = None,
            progress: Any = None, objective: str = "makespan", started: float | None = None,
-           budget: Budget | None = None) -> Schedule:
-    """See orchestrate.search; `started` (a time.perf_counter() value) is when the wall clock of
-    the time limit started, default now; `budget` how the phases share it (default Budget())."""
+           budget: Budget | None = None, clock: Clock | None = None) -> Schedule:
+    """See orchestrate.search; `clock` is the command's wall clock (command_clock), else
+    `time_limit` counts from `started` (a time.perf_counter() value, default now); `budget` how
+    the passes share it (default Budget())."""
     started = time.perf_counter() if started is None else started
     from .orchestrate import search as run
-    return run(placement, micro_batches, memory, mode, time_limit, workers, progress, objective, started, budget)
+    return run(placement, micro_batches, memory, mode, time_limit, workers, progress, objective, started, budget,
+               clock)

@@ -1,41 +1,115 @@
-"""The time budget of one search: its wall clock, and how the phases share it.
+"""The time of one search: one wall clock handed down, and the `Budget` saying how it is shared.
 
-A time limit is a wall clock for the whole search: every phase asks the clock what is left and
-no phase is given all of it, so a valid schedule is in hand at every moment (the search is
-anytime) and the result comes back within the limit.
+A time limit is a wall clock for the whole command: `command_clock` starts it at the command's
+start (the CLI's `search` and `compare`, and `plan`, build it the same way), keeps back what
+printing, writing and the interpreter's exit take, and `search()` hands it down. Below
+`search()` time has one form, a `Clock`: a phase gets `clock.share(f)` (a fraction of what is
+left, from now) or `clock.within(s)` (at most s seconds of it), asks `left()` or `expired()`,
+and only `solver.Model.solve` turns it into CP-SAT's seconds. No phase is given all of it, so a
+valid schedule is in hand at every moment (the search is anytime) and the result comes back
+within the limit.
+
+Every share, stall and cap is a field of `Budget` (one place to read and tune them); a `Stall`
+says when a solve that stopped improving is stopped.
 """
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
 
-MODES = ("tessel", "fast", "exact")
+MODES = ("tessel", "fast", "exact")  # the search modes (methods.py lists them among the methods)
 OBJECTIVES = ("makespan", "span")
 DEFAULT_LIMIT = {"tessel": 120.0, "fast": 60.0, "exact": 60.0}  # seconds, by mode
+FAST_SMALL_BLOCKS = 200
+FAST_LARGE_BLOCKS = 1000
+
+
+@dataclass(frozen=True)
+class Clock:
+    """A wall clock: `limit` seconds from `t0` (a time.perf_counter() value)."""
+    limit: float
+    t0: float = field(default_factory=time.perf_counter)
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def left(self) -> float:
+        return max(self.limit - self.elapsed(), 0.0)
+
+    def expired(self) -> bool:
+        return self.left() <= 0.0
+
+    @property
+    def deadline(self) -> float:
+        """The time.perf_counter() value at which it runs out."""
+        return self.t0 + self.limit
+
+    def share(self, fraction: float) -> Clock:
+        """A clock for a phase: `fraction` of the time left, from now."""
+        return Clock(self.left() * fraction)
+
+    def within(self, seconds: float) -> Clock:
+        """A clock for a phase: `seconds` from now, never past this clock's end."""
+        return Clock(min(self.left(), max(seconds, 0.0)))
+
+
+@dataclass(frozen=True)
+class Stall:
+    """When a solve that stopped improving stops: after `seconds` of wall time without a better
+    solution (several workers), or after `work` deterministic seconds of the solver's work (one
+    worker: the same on a loaded machine, so the same schedule every run)."""
+    seconds: float
+    work: float
+
+    def times(self, k: float) -> Stall:
+        return Stall(self.seconds * k, self.work * k)
 
 
 @dataclass(frozen=True)
 class Budget:
-    """How a search shares its time limit (fractions of the time left when a phase starts,
-    and seconds). The defaults are the ones every mode uses."""
+    """How a search shares its wall clock: fractions of the time left when a phase starts,
+    seconds, and the stalls of its solves. The defaults are the ones every mode uses."""
+    # -- the command and the search as a whole
+    exit_seconds: float = 0.75  # kept back by the CLI for printing, writing and the interpreter's exit ...
+    exit_floor: float = 0.75  # ... but the search keeps at least this fraction of a short --time-limit
     reserve_share: float = 0.1  # of the limit kept back for building, checking and reporting the result
     reserve_per_task: float = 4e-5  # seconds of that reserve per task of the final schedule
-    start_share: float = 0.1  # constructions tried upward from the bound before one micro-batch at a time
-    repetend_share: float = 0.5  # the period search (mode tessel)
-    retry_share: float = 0.4  # tessel: periods the period search left undecided, tried again with more work
-    deep_share: float = 0.2  # the deepest repetend at the chosen period (the memory the limits leave)
-    polish_share: float = 0.25  # fast: the solver polishing a construction that fits memory
-    polish_cap: float = 10.0  # fast: seconds of that polish at most
-    repair_share: float = 0.5  # fast: the solver repairing memory when no construction fits at the bound
-    exact_hint_share: float = 0.3  # exact: the tessel schedule that hints the whole-problem solve
+    # -- the start
     race_share: float = 0.5  # the baselines raced at the start (skipped when one would take longer)
     fast_race_share: float = 0.8  # fast: its clock is short and the baselines are its best constructions
     race: bool = True  # race the baselines at all (off: the search's own schedule, for benchmarks)
     baseline_per_task: float = 3e-5  # seconds one baseline (no repetend) is expected to take per task, until measured
-    repetend_builds: float = 6.0  # a raced baseline that wins: finding its repetend costs about this many builds
+    start_share: float = 0.1  # constructions tried upward from the bound before one micro-batch at a time
     fit_share: float = 0.5  # the one-micro-batch solve that proves (or finds) that memory fits
+    # -- the repetend (mode tessel: the period search; mode fast: the polish at the bound)
+    repetend_share: float = 0.5  # the period search (mode tessel)
+    slice_share: float = 0.3  # of the period search's time left that one period's solve may take
+    min_slice: float = 0.05  # seconds: a solve shorter than this decides nothing
+    copies_share: float = 0.5  # of the period search's time left for patterns of several micro-batches
+    retry_share: float = 0.4  # tessel: periods the period search left undecided, tried again with more work
+    escalate: float = 4.0  # ... with this many times the repetend stall's work
+    deep_share: float = 0.2  # the deepest repetend at the chosen period (the memory the limits leave)
+    polish_share: float = 0.25  # fast: the solver polishing a construction that fits memory
+    polish_cap: float = 10.0  # fast: seconds of that polish at most
+    repair_share: float = 0.5  # fast: the solver repairing memory when no construction fits at the bound
     fast_small: float = 2.0  # fast: seconds at most up to FAST_SMALL_BLOCKS blocks,
     fast_large: float = 20.0  # ... and at FAST_LARGE_BLOCKS (linear between, proportional above)
+    # -- completion and the end
+    patience: float = 4.0  # the second round of completion waits this many times longer for an improvement
+    exact_hint_share: float = 0.3  # exact: the tessel schedule that hints the whole-problem solve
+    repetend_builds: float = 6.0  # a raced baseline that wins: finding its repetend costs about this many builds
+    # -- stalls: seconds without a better solution after which a solve stops
+    stall_work: float = 0.5  # deterministic seconds of solver work per stall second (one worker)
+    repetend_stall_least: float = 0.5  # a period's solve: blocks / repetend_stall_blocks seconds, in
+    repetend_stall_most: float = 5.0  # ... [least, most]: the span is only a proxy for the warm-up's length
+    repetend_stall_blocks: float = 50.0
+    completion_stall_least: float = 0.4  # a warm-up or cool-down solve: free tasks / completion_stall_tasks
+    completion_stall_most: float = 2.0  # ... seconds, in [least, most]
+    completion_stall_tasks: float = 1000.0
+
+    def working(self, time_limit: float) -> float:
+        """Seconds of a command's --time-limit the work may take (the rest is the exit's)."""
+        return max(time_limit - self.exit_seconds, time_limit * self.exit_floor)
 
     def reserve(self, limit: float, tasks: int) -> float:
         """Seconds kept back from the phases: building and checking schedules of `tasks` tasks."""
@@ -50,34 +124,23 @@ class Budget:
             return self.fast_small + f * (self.fast_large - self.fast_small)
         return self.fast_large * blocks / FAST_LARGE_BLOCKS
 
-    @staticmethod
-    def repetend_stall(blocks: int) -> float:
-        """Seconds without a shorter span after which a period's solve stops: the span is only
-        a proxy for the warm-up's length, so polishing it pays little after a while."""
-        return min(5.0, max(0.5, blocks / 50))
+    def stall(self, seconds: float) -> Stall:
+        return Stall(seconds, seconds * self.stall_work)
 
-    @staticmethod
-    def completion_stall(free_micro_batches: int, blocks: int) -> float:
-        """Seconds without a shorter end after which a warm-up or cool-down solve stops."""
-        return min(2.0, max(0.4, free_micro_batches * blocks / 1000))
+    def repetend_stall(self, blocks: int) -> Stall:
+        """A period's solve: polishing the span pays little after a while (it only stands in for
+        the warm-up's length)."""
+        s = blocks / self.repetend_stall_blocks
+        return self.stall(min(self.repetend_stall_most, max(self.repetend_stall_least, s)))
+
+    def completion_stall(self, free_micro_batches: int, blocks: int) -> Stall:
+        """A warm-up or cool-down solve freeing that many micro-batches of `blocks` blocks."""
+        s = free_micro_batches * blocks / self.completion_stall_tasks
+        return self.stall(min(self.completion_stall_most, max(self.completion_stall_least, s)))
 
 
-FAST_SMALL_BLOCKS = 200
-FAST_LARGE_BLOCKS = 1000
-
-
-@dataclass
-class Clock:
-    """The wall clock of one search (or of one phase given a share of it)."""
-    limit: float
-    t0: float = field(default_factory=time.perf_counter)
-
-    def elapsed(self) -> float:
-        return time.perf_counter() - self.t0
-
-    def left(self) -> float:
-        return max(self.limit - self.elapsed(), 0.0)
-
-    def share(self, fraction: float) -> Clock:
-        """A clock for a phase: `fraction` of the time left, from now."""
-        return Clock(self.left() * fraction)
+def command_clock(time_limit: float, started: float | None = None, budget: Budget | None = None) -> Clock:
+    """The clock of a command's --time-limit: from `started` (the command's start, a
+    time.perf_counter() value; default now), less what the exit takes (Budget.working)."""
+    b = budget or Budget()
+    return Clock(b.working(time_limit), time.perf_counter() if started is None else started)

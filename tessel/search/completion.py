@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from .. import bounds
 from ..key import Key
 from ..timing import earliest_starts, orders_from_starts
+from .budget import Clock, Stall
 from .modulo import Modulo
 from .problem import Problem
 from .solver import Expr, Model, SolveResult
@@ -52,8 +53,8 @@ def compact(problem: Problem, micro_batches: int, starts: Starts) -> dict[Key, i
     return {key: int(v) for key, v in out.items()}
 
 
-def complete(problem: Problem, starts: Starts, micro_batches: int, free: Sequence[int], time_limit: float,
-             workers: int | None, stall: float, lower_bound: int = 0) -> Completed:
+def complete(problem: Problem, starts: Starts, micro_batches: int, free: Sequence[int], clock: Clock,
+             workers: int | None, stall: Stall, lower_bound: int = 0) -> Completed:
     """Warm-up and cool-down solves with compaction, freeing each count of micro-batches in
     `free` in turn (small first: cheap, and usually most of the gain), until the lower bound."""
     t0, n = time.perf_counter(), micro_batches
@@ -61,11 +62,10 @@ def complete(problem: Problem, starts: Starts, micro_batches: int, free: Sequenc
     statuses: list[str] = []
     for k in free:
         for side, mbs in (("warmup", range(k)), ("cooldown", range(n - k, n))):
-            left = time_limit - (time.perf_counter() - t0)
-            if left <= 0 or makespan(problem, best) <= lower_bound:
+            if clock.expired() or makespan(problem, best) <= lower_bound:
                 break
             solve = _warmup if side == "warmup" else _cooldown
-            new, res = solve(problem, best, set(mbs), left, workers, stall)
+            new, res = solve(problem, best, set(mbs), clock, workers, stall)
             statuses.append(res.status)
             new = compact(problem, n, new)
             if makespan(problem, new) <= makespan(problem, best):
@@ -134,8 +134,8 @@ def _memory(m: Model, problem: Problem, d: int, start: Mapping[Key, Expr], touch
     m.reservoir(times, deltas, problem.cap(d))
 
 
-def _warmup(problem: Problem, starts: Starts, mbs: set[int], time_limit: float, workers: int | None,
-            stall: float) -> tuple[dict[Key, int], SolveResult]:
+def _warmup(problem: Problem, starts: Starts, mbs: set[int], clock: Clock, workers: int | None,
+            stall: Stall) -> tuple[dict[Key, int], SolveResult]:
     """Free micro-batches fill the gaps before the rest, starting as late as possible."""
     t0 = min(starts.values())
     free_keys = [key for key in starts if key[1] in mbs]
@@ -149,12 +149,12 @@ def _warmup(problem: Problem, starts: Starts, mbs: set[int], time_limit: float, 
     m.hints({key: starts[key] for key in free})
     bound = _latest_first(problem, fixed, free_keys, end)
     m.minimize(first_fixed - first, lower=max(0, first_fixed - bound))
-    res = m.solve(time_limit, workers, phase="warmup", stall=stall)
+    res = m.solve(clock, workers, phase="warmup", stall=stall)
     return _merged(starts, free, res), res
 
 
-def _cooldown(problem: Problem, starts: Starts, mbs: set[int], time_limit: float, workers: int | None,
-              stall: float) -> tuple[dict[Key, int], SolveResult]:
+def _cooldown(problem: Problem, starts: Starts, mbs: set[int], clock: Clock, workers: int | None,
+              stall: Stall) -> tuple[dict[Key, int], SolveResult]:
     """Free micro-batches fill the gaps after the rest, ending as early as possible."""
     free_keys = [key for key in starts if key[1] in mbs]
     begin = min(starts[key] for key in free_keys)
@@ -169,7 +169,7 @@ def _cooldown(problem: Problem, starts: Starts, mbs: set[int], time_limit: float
     m.hints({key: starts[key] for key in free})
     bound = _earliest_last(problem, fixed, free_keys, begin)
     m.minimize(last - last_fixed, lower=max(0, bound - last_fixed))
-    res = m.solve(time_limit, workers, phase="cooldown", stall=stall)
+    res = m.solve(clock, workers, phase="cooldown", stall=stall)
     return _merged(starts, free, res), res
 
 

@@ -16,17 +16,19 @@ from collections.abc import Mapping
 
 from .. import graph
 from ..key import Key
+from .budget import Clock, Stall
 from .completion import add_tasks
 from .problem import Problem
 from .solver import Model, Progress, SolveResult
 
 
-def solve_exact(problem: Problem, micro_batches: int, time_limit: float, workers: int | None,
+def solve_exact(problem: Problem, micro_batches: int, clock: Clock, workers: int | None,
                 hint: Mapping[Key, int] | None = None, progress: Progress | None = None,
-                stall: float | None = None) -> SolveResult:
-    """Minimise the makespan; `hint` (a valid schedule on the grid) bounds the horizon. With
-    `stall`, a quick improvement of the hint rather than a proof."""
-    t0 = time.perf_counter()  # the limit counts from here: building a large model takes seconds
+                stall: Stall | None = None) -> SolveResult:
+    """Minimise the makespan within `clock` (building a large model takes seconds of it);
+    `hint` (a valid schedule on the grid) bounds the horizon. With `stall`, a quick
+    improvement of the hint rather than a proof."""
+    t0 = time.perf_counter()
     n = micro_batches
     lb = problem.lower_bound(n)
     horizon = _horizon(problem, n, hint)
@@ -40,10 +42,9 @@ def solve_exact(problem: Problem, micro_batches: int, time_limit: float, workers
     if hint:
         m.hints(_relabelled(hint, problem, n))
     m.minimize(makespan, lower=lb)
-    left = time_limit - (time.perf_counter() - t0)
-    if left <= 0:
+    if clock.expired():
         return SolveResult("unknown", None, None, time.perf_counter() - t0)
-    return m.solve(left, workers, progress, phase="exact", prove=stall is None, stall=stall,
+    return m.solve(clock, workers, progress, phase="exact", prove=stall is None, stall=stall,
                    report=lambda obj: {"makespan": problem.real(obj), "bound": problem.real(lb)})
 
 

@@ -19,12 +19,12 @@ does); the solver then only polishes the span within the time limit (orchestrate
 from __future__ import annotations
 
 import logging
-import time
 from bisect import bisect_right, insort
 from collections.abc import Sequence
 
 from ..errors import SearchError
 from ..timing import earliest_starts
+from .budget import Clock
 from .modulo import Modulo, fits
 from .problem import Problem
 
@@ -98,16 +98,16 @@ def constructions(problem: Problem, period: int) -> list[Modulo]:
     return sorted((m for m in built if m is not None), key=lambda m: m.span(problem))
 
 
-def starting_repetend(problem: Problem, deadline: float | None = None) -> Modulo:
+def starting_repetend(problem: Problem, clock: Clock | None = None) -> Modulo:
     """The smallest period, from the load bound up, with a construction that fits memory; when
-    none is found before `deadline` (perf_counter time), one micro-batch at a time.
+    none is found before `clock` runs out, one micro-batch at a time.
 
     Raises NoFitError when not even one micro-batch at a time fits in that order (the caller
     then asks the solver whether any order does)."""
     one = sequential(problem)
     T, step = problem.period_bound, max(1, problem.period_bound // 100)
     for i in range(MAX_STEPS):
-        if T >= one.period or (deadline is not None and time.perf_counter() > deadline):
+        if T >= one.period or (clock is not None and clock.expired()):
             break
         fitting = [m for m in constructions(problem, T) if fits(problem, m)]
         if fitting:

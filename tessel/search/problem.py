@@ -128,6 +128,12 @@ class Problem:
     def period_bound(self) -> int:
         return int(bounds.period_lower_bound(self.units))
 
+    @cached_property
+    def period_floor(self) -> Fraction:
+        """No repetend has a smaller period per micro-batch: the device-load bound and Little's
+        law on the memory limits (memory_period_bound), whichever is larger."""
+        return max(Fraction(self.period_bound), self.memory_period_bound)
+
     def lower_bound(self, micro_batches: int) -> int:
         return int(bounds.lower_bound(self.units, micro_batches))
 

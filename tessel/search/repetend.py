@@ -26,17 +26,14 @@ from fractions import Fraction
 from typing import Any
 
 from .. import bounds
-from .fast import constructions
+from .budget import Budget, Clock, Stall
+from .fast import constructions, starting_repetend
 from .modulo import Modulo, fits
 from .problem import Problem
-from .solver import Model, Progress, SolveResult
+from .solver import Model, PatternVar, Progress, SolveResult, VarKey
 
 log = logging.getLogger(__name__)
 MAX_COPIES = 4
-COPIES_SHARE = 0.5  # of the time left that patterns of several micro-batches may take
-SLICE_SHARE = 0.3  # of the period search's time left that one period's solve may take
-MIN_SLICE = 0.05  # seconds: a solve shorter than this decides nothing
-ESCALATE = 4  # a period left undecided is tried again with this many times the stall's work
 
 
 @dataclass(frozen=True)
@@ -64,19 +61,19 @@ def modulo_model(problem: Problem, period: int, copies: int, horizon: int, objec
     for j in range(copies):
         for b in problem.block_ids:
             d = problem.duration[b]
-            s = m.int_var(("s", b, j), 0, horizon - d)
-            q = m.int_var(("q", b, j), 0, horizon // T)
-            r = m.int_var(("r", b, j), 0, T - 1)
+            s = m.int_var(PatternVar("s", b, j), 0, horizon - d)
+            q = m.int_var(PatternVar("q", b, j), 0, horizon // T)
+            r = m.int_var(PatternVar("r", b, j), 0, T - 1)
             m.equal(s, q * T + r)
             m.occupy(r, d, problem.devices_of[b], f"busy_{b}_{j}")
             m.occupy(r + T, d, problem.devices_of[b], f"wrap_{b}_{j}")
         for a, b in problem.units.edges:
-            m.precede(m.vars[("s", a, j)], m.vars[("s", b, j)], problem.gap(a, b))
+            m.precede(m.vars[PatternVar("s", a, j)], m.vars[PatternVar("s", b, j)], problem.gap(a, b))
     first = problem.block_ids[0]
     for j in range(copies - 1):  # copies are interchangeable
-        m.precede(m.vars[("s", first, j)], m.vars[("s", first, j + 1)], 0)
+        m.precede(m.vars[PatternVar("s", first, j)], m.vars[PatternVar("s", first, j + 1)], 0)
     _steady_memory(m, problem, T, copies, horizon)
-    ends = [m.vars[("s", b, j)] + problem.duration[b] for j in range(copies) for b in problem.block_ids]
+    ends = [m.vars[PatternVar("s", b, j)] + problem.duration[b] for j in range(copies) for b in problem.block_ids]
     span = m.latest("span", 0, horizon, ends)
     if objective == "hold":
         m.minimize(-_held(m, problem, copies))
@@ -92,7 +89,7 @@ def _held(m: Model, problem: Problem, copies: int) -> Any:
     for d in problem.limited_devices():
         for b in problem.memory_blocks(d):
             mem, end = problem.memory[b], problem.duration[b] if problem.memory[b] < 0 else 0
-            terms += [-mem * (m.vars[("s", b, j)] + end) for j in range(copies)]
+            terms += [-mem * (m.vars[PatternVar("s", b, j)] + end) for j in range(copies)]
     return sum(terms)
 
 
@@ -118,45 +115,45 @@ def _event_vars(m: Model, problem: Problem, slot: tuple[str, int], T: int, horiz
     """(Q, rho) of the slot's memory event: its start when it allocates, its end when it releases."""
     b, j = slot
     if problem.memory[b] > 0:
-        return m.vars[("q", b, j)], m.vars[("r", b, j)]
+        return m.vars[PatternVar("q", b, j)], m.vars[PatternVar("r", b, j)]
     q = m.aux_var(f"qend_{b}_{j}", 0, horizon // T + 1)
     rho = m.aux_var(f"rend_{b}_{j}", 0, T - 1)
-    m.equal(q * T + rho, m.vars[("s", b, j)] + problem.duration[b])
+    m.equal(q * T + rho, m.vars[PatternVar("s", b, j)] + problem.duration[b])
     return q, rho
 
 
-def solve_period(problem: Problem, period: int, time_limit: float | None, workers: int | None,
+def solve_period(problem: Problem, period: int, clock: Clock | None, workers: int | None,
                  hint: Modulo | None = None, progress: Progress | None = None, copies: int = 1,
-                 stall: float | None = None) -> SolveResult:
+                 stall: Stall | None = None) -> SolveResult:
     """The shortest-span repetend of `copies` micro-batches with this period, if any."""
     usable = hint is not None and hint.period == period and hint.copies == copies
     horizon = hint.span(problem) if hint is not None and usable else _horizon(problem, period, copies)
     m = modulo_model(problem, period, copies, horizon)
     if hint is not None and usable:
         _hint(m, hint)
-    return m.solve(time_limit, workers, progress, phase="repetend", stall=stall,
+    return m.solve(clock, workers, progress, phase="repetend", stall=stall,
                    report=lambda obj: {"period": problem.real(period), "span": problem.real(obj)})
 
 
-def deepest(problem: Problem, mod: Modulo, time_limit: float, workers: int | None,
-            stall: float | None = None) -> Modulo | None:
+def deepest(problem: Problem, mod: Modulo, clock: Clock, workers: int | None,
+            stall: Stall | None = None) -> Modulo | None:
     """At `mod`'s period and copies, the repetend holding the most memory the limits allow:
     micro-batches stay in flight longer where memory is spare, so compaction and completion can
     fill the warm-up and drain the cool-down through them (None without limits or a solution)."""
-    if not problem.limited_devices() or time_limit <= 0:
+    if not problem.limited_devices() or clock.expired():
         return None
     T, copies = mod.period, mod.copies
     m = modulo_model(problem, T, copies, _horizon(problem, T, copies), objective="hold")
     _hint(m, mod)
-    res = m.solve(time_limit, workers, phase="deepest", stall=stall)
+    res = m.solve(clock, workers, phase="deepest", stall=stall)
     return modulo_of(res.values, problem, T, copies) if res.found else None
 
 
 def _hint(m: Model, mod: Modulo) -> None:
     for (b, j), s in mod.starts().items():
-        m.hint(m.vars[("s", b, j)], s)
-        m.hint(m.vars[("q", b, j)], mod.offset[(b, j)])
-        m.hint(m.vars[("r", b, j)], mod.phase[(b, j)])
+        m.hint(m.vars[PatternVar("s", b, j)], s)
+        m.hint(m.vars[PatternVar("q", b, j)], mod.offset[(b, j)])
+        m.hint(m.vars[PatternVar("r", b, j)], mod.phase[(b, j)])
 
 
 def _horizon(problem: Problem, period: int, copies: int) -> int:
@@ -165,26 +162,29 @@ def _horizon(problem: Problem, period: int, copies: int) -> int:
     return crit + len(problem.block_ids) * period + (copies - 1) * period
 
 
-def modulo_of(values: Mapping[Any, int], problem: Problem, period: int, copies: int = 1) -> Modulo:
-    starts = {(b, j): values[("s", b, j)] for b in problem.block_ids for j in range(copies)}
+def modulo_of(values: Mapping[VarKey, int], problem: Problem, period: int, copies: int = 1) -> Modulo:
+    starts = {(b, j): values[PatternVar("s", b, j)] for b in problem.block_ids for j in range(copies)}
     return Modulo.from_starts(period, starts, copies)
 
 
 class _Search:
     """The period search, sharing a clock and a log of every solve."""
 
-    def __init__(self, problem: Problem, time_limit: float, workers: int | None, progress: Progress | None,
-                 stall: float) -> None:
-        self.problem, self.limit, self.workers, self.progress = problem, time_limit, workers, progress
-        self.t0 = time.perf_counter()
+    def __init__(self, problem: Problem, clock: Clock, workers: int | None, progress: Progress | None,
+                 budget: Budget) -> None:
+        self.problem, self.clock, self.workers, self.progress = problem, clock, workers, progress
+        self.budget = budget
         self.tried: list[tuple[int, int, str]] = []
-        self.stall = stall  # the span is only a proxy for warm-up length: stop polishing it once it stalls
+        # the span is only a proxy for warm-up length: stop polishing it once it stalls
+        self.stall = budget.repetend_stall(len(problem.block_ids))
 
-    def left(self) -> float:
-        return self.limit - (time.perf_counter() - self.t0)
+    def going(self, clock: Clock | None = None) -> bool:
+        """Time for one more solve on `clock` (default the search's)."""
+        return (clock or self.clock).left() > self.budget.min_slice
 
-    def slice(self) -> float:
-        return min(self.left(), max(MIN_SLICE, self.left() * SLICE_SHARE))
+    def slice(self) -> Clock:
+        """One period's solve: a share of what the search has left, at least the least slice."""
+        return self.clock.within(max(self.budget.min_slice, self.clock.left() * self.budget.slice_share))
 
     def attempt(self, T: int, hint: Modulo | None = None) -> tuple[_Found | None, str]:
         """One period of one micro-batch, hinted by a construction at it; a construction that fits
@@ -206,14 +206,14 @@ class _Search:
         bisection; an undecided period counts as a failure for the bracket (and is reported)."""
         hi = best.modulo.period
         T = lo
-        while lo < hi and self.left() > MIN_SLICE:
+        while lo < hi and self.going():
             found, _ = self.attempt(T)
             if found is not None and found.modulo.period < hi:
                 best, hi = found, found.modulo.period
             else:
                 lo = T + 1
             T = (lo + hi) // 2
-        if best.found_by == "construction" and self.left() > MIN_SLICE:  # polish its span at its period
+        if best.found_by == "construction" and self.going():  # polish its span at its period
             found, _ = self.attempt(hi, best.modulo)
             if found is not None and found.found_by == "solver":
                 best = found
@@ -239,65 +239,59 @@ def _below(ratio: Fraction, floor: Fraction) -> Iterator[tuple[int, int]]:
     return ((p, t) for _, p, t in heapq.merge(*(periods(p) for p in range(1, MAX_COPIES + 1))))
 
 
-def find_repetend(problem: Problem, time_limit: float, workers: int | None = None,
+def find_repetend(problem: Problem, clock: Clock, workers: int | None = None,
                   progress: Progress | None = None, start: Modulo | None = None,
-                  stall: float | None = None) -> RepetendResult:
+                  budget: Budget | None = None) -> RepetendResult:
     """The repetend with the smallest period per micro-batch found in time, and the shortest span
     at it; `start` is a repetend that fits (fast.starting_repetend when not given).
 
     Periods below the device-load bound and below the memory bound (Little's law) are never
     tried; those are infeasible by argument."""
-    from .fast import starting_repetend
+    budget = budget or Budget()
     t0 = time.perf_counter()
-    start = start if start is not None else starting_repetend(problem, t0 + time_limit * 0.1)
-    run = _Search(problem, time_limit - (time.perf_counter() - t0), workers, progress,
-                  stall if stall is not None else default_stall(problem))
-    floor = max(Fraction(problem.period_bound), problem.memory_period_bound)
+    start = start if start is not None else starting_repetend(problem, clock.share(budget.start_share))
+    run = _Search(problem, clock, workers, progress, budget)
+    floor = problem.period_floor
     best = run.bracket(math.ceil(floor), _Found(start, "construction", "none"))
     if best.modulo.per_micro_batch > floor:
-        best = _more_copies(run, floor, best, time.perf_counter() + run.left() * COPIES_SHARE)
+        best = _more_copies(run, floor, best, clock.share(budget.copies_share))
     ratio = best.modulo.per_micro_batch
     optimal = ratio == floor or run.proven_below(ratio, floor)
     return RepetendResult(best.modulo, best.found_by, best.status, optimal, tuple(run.tried),
                           tuple(run.undecided(ratio)), time.perf_counter() - t0)
 
 
-def retry_undecided(problem: Problem, res: RepetendResult, time_limit: float, workers: int | None,
-                    stall: float) -> RepetendResult:
-    """The periods `res` left undecided below its own, smallest first, tried again with ESCALATE
-    times the work (a large placement may need more than a stall's work for a first solution);
-    the first one found replaces the result's repetend."""
+def retry_undecided(problem: Problem, res: RepetendResult, clock: Clock, workers: int | None,
+                    budget: Budget | None = None) -> RepetendResult:
+    """The periods `res` left undecided below its own, smallest first, tried again with
+    Budget.escalate times the stall's work (a large placement may need more than a stall's work
+    for a first solution); the first one found replaces the result's repetend."""
+    budget = budget or Budget()
     t0, tried = time.perf_counter(), list(res.tried)
+    stall = budget.repetend_stall(len(problem.block_ids)).times(budget.escalate)
     for copies, T in sorted(res.undecided, key=lambda x: (Fraction(x[1], x[0]), x[0])):
-        left = time_limit - (time.perf_counter() - t0)
-        if left <= MIN_SLICE:
+        if clock.left() <= budget.min_slice:
             break
-        out = solve_period(problem, T, left, workers, None, None, copies, stall * ESCALATE)
+        out = solve_period(problem, T, clock, workers, None, None, copies, stall)
         tried.append((copies, T, out.status))
         if out.found:
             mod = modulo_of(out.values, problem, T, copies)
             below = tuple(x for x in res.undecided if Fraction(x[1], x[0]) < mod.per_micro_batch)
-            floor = max(Fraction(problem.period_bound), problem.memory_period_bound)
-            return RepetendResult(mod, "solver", out.status, mod.per_micro_batch == floor, tuple(tried), below,
-                                  res.seconds + time.perf_counter() - t0)
+            return RepetendResult(mod, "solver", out.status, mod.per_micro_batch == problem.period_floor,
+                                  tuple(tried), below, res.seconds + time.perf_counter() - t0)
     return replace(res, tried=tuple(tried), seconds=res.seconds + time.perf_counter() - t0)
 
 
-def default_stall(problem: Problem) -> float:
-    """Seconds without a shorter span after which a period's solve stops polishing."""
-    return min(5.0, max(0.5, len(problem.block_ids) / 50))
-
-
-def _more_copies(run: _Search, floor: Fraction, best: _Found, deadline: float) -> _Found:
+def _more_copies(run: _Search, floor: Fraction, best: _Found, clock: Clock) -> _Found:
     """Patterns of 2..MAX_COPIES micro-batches, in order of period per micro-batch, until one
     beats the current repetend (each solve a slice: a hard one is skipped, not waited on)."""
     for p, t in _below(best.modulo.per_micro_batch, floor):
-        left = deadline - time.perf_counter()
-        if left <= MIN_SLICE:
+        if not run.going(clock):
             break
         if p == 1:
             continue
-        res = solve_period(run.problem, t, min(left, run.slice()), run.workers, None, run.progress, p, run.stall)
+        res = solve_period(run.problem, t, clock.within(run.slice().left()), run.workers, None, run.progress,
+                           p, run.stall)
         run.tried.append((p, t, res.status))
         if res.found:
             return _Found(modulo_of(res.values, run.problem, t, p), "solver", res.status)

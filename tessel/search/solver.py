@@ -4,7 +4,9 @@ A `Model` holds tasks as fixed-size intervals, collects them per device for `Add
 (a multi-device block's interval goes into each of its devices), adds precedences, memory
 reservoirs, hints and the objective, and `solve` returns a `SolveResult` with the status
 (optimal / feasible / infeasible / unknown), objective, proven bound and the values of the
-variables that were registered under a key.
+variables that were registered under a key: a task's start under its `Key` (block, micro-batch),
+a repetend's variables under a `PatternVar`. The time limit comes as the search's `Clock`: this
+is the one place it becomes CP-SAT's seconds.
 """
 from __future__ import annotations
 
@@ -13,11 +15,14 @@ import logging
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from ortools.sat.python import cp_model
+
+from ..key import Key
+from .budget import Clock, Stall
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +34,18 @@ Progress = Callable[[dict[str, Any]], None]
 # solver's deterministic time, not of wall time. Only a solve cut by the wall-clock time limit
 # can differ between runs. More workers (--workers K) may be faster, and may differ run to run.
 DEFAULT_WORKERS = 1
-STALL_WORK = 0.5  # deterministic seconds of work a solve with a `stall` of one second may take
+
+
+@dataclass(frozen=True)
+class PatternVar:
+    """A variable of a repetend's model: the start `s` = offset `q` x period + phase `r` of
+    `block` in copy `copy` of the pattern."""
+    kind: Literal["s", "q", "r"]
+    block: str
+    copy: int
+
+
+VarKey = Key | PatternVar
 
 # solves running now, so that a signal can stop them (see stop_all_solves)
 _running: set[cp_model.CpSolver] = set()
@@ -46,11 +62,15 @@ class SolveResult:
     objective: int | None
     bound: int | None
     seconds: float
-    values: Mapping[Hashable, int] = field(default_factory=dict)
+    values: Mapping[VarKey, int] = field(default_factory=dict)
 
     @property
     def found(self) -> bool:
         return self.status in ("optimal", "feasible")
+
+    def starts(self) -> dict[Key, int]:
+        """The tasks' starts among the values (a repetend's variables left out)."""
+        return {k: v for k, v in self.values.items() if not isinstance(k, PatternVar)}
 
 
 class Model:
@@ -58,12 +78,12 @@ class Model:
 
     def __init__(self) -> None:
         self.cp = cp_model.CpModel()
-        self.vars: dict[Hashable, cp_model.IntVar] = {}
+        self.vars: dict[VarKey, cp_model.IntVar] = {}
         self._on_device: dict[int, list[cp_model.IntervalVar]] = defaultdict(list)
         self._objective: Expr | None = None
         self._serial = 0
 
-    def int_var(self, key: Hashable, lo: int, hi: int) -> cp_model.IntVar:
+    def int_var(self, key: VarKey, lo: int, hi: int) -> cp_model.IntVar:
         """A variable whose value the result reports under `key` (and named after it)."""
         v = self.cp.new_int_var(int(lo), int(hi), _name(key))
         self.vars[key] = v
@@ -160,23 +180,24 @@ class Model:
                 self.cp.add_no_overlap(ivs)
         self._on_device.clear()
 
-    def solve(self, time_limit: float | None, workers: int | None = None, progress: Progress | None = None,
+    def solve(self, clock: Clock | None, workers: int | None = None, progress: Progress | None = None,
               phase: str = "solve", report: Callable[[int], dict[str, Any]] | None = None,
-              stall: float | None = None, prove: bool = False) -> SolveResult:
-        """Solve within time_limit seconds, or stop once `stall` seconds pass without a better
-        solution; progress gets {phase, objective, elapsed, ...report(objective)} per solution.
-        `prove` favours closing the bound (the full LP relaxation) over finding solutions."""
+              stall: Stall | None = None, prove: bool = False) -> SolveResult:
+        """Solve within what `clock` has left (None: no limit), or stop once a `stall` passes
+        without a better solution; progress gets {phase, objective, elapsed,
+        ...report(objective)} per solution. `prove` favours closing the bound (the full LP
+        relaxation) over finding solutions."""
         self._finish()
         t0 = time.perf_counter()
-        solver = _solver(time_limit, workers, prove)
-        deterministic_stall = bool(stall) and solver.parameters.num_workers == 1
-        if stall and deterministic_stall:
+        solver = _solver(None if clock is None else clock.left(), workers, prove)
+        deterministic_stall = stall is not None and solver.parameters.num_workers == 1
+        if stall is not None and deterministic_stall:
             # a budget of work instead of a wall-clock stall: the same on a loaded machine
-            solver.parameters.max_deterministic_time = float(stall) * STALL_WORK
+            solver.parameters.max_deterministic_time = float(stall.work)
         callback = None
         if self._objective is not None and (progress or stall):
             callback = _Reporter(progress, phase, t0, report)
-        watcher = _Watcher(solver, callback, stall) if stall and callback and not deterministic_stall else None
+        watcher = _Watcher(solver, callback, stall.seconds) if stall and callback and not deterministic_stall else None
         with _registered(solver):
             code = solver.solve(self.cp, callback)
         if watcher:
@@ -275,8 +296,10 @@ class _Watcher:
                 return
 
 
-def _name(key: Hashable) -> str:
-    """A readable variable name of a key: ('s', 'f0', 1) -> s_f0_1."""
+def _name(key: VarKey) -> str:
+    """A readable variable name of a key: ('f0', 1) -> f0_1, PatternVar('s', 'f0', 1) -> s_f0_1."""
+    if isinstance(key, PatternVar):
+        return f"{key.kind}_{key.block}_{key.copy}"
     if isinstance(key, tuple):
         return "_".join(str(x) for x in key)
     return str(key)

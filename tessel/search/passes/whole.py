@@ -1,0 +1,62 @@
+"""Passes: the whole N-micro-batch problem in one solve, hinted by the best schedule so far:
+a quick polish for few tasks (mode tessel), and the proof attempt of mode exact."""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ...numeric import EPS
+from ..budget import Clock
+from ..exact import solve_exact
+from ..state import State
+from .complete import grid_starts, sizes, with_kernel
+
+WHOLE_TASKS = 160  # up to this many tasks, tessel also improves the whole schedule in one solve
+
+
+def whole(state: State, clock: Clock) -> None:
+    """For few tasks (N the working N), one quick solve of the whole problem with a stall."""
+    p, n, mod = state.problem, state.micro_batches, state.modulo
+    if mod is None or clock.expired():
+        return
+    free, work = sizes(p, mod, n)
+    if n != work or n * len(p.block_ids) > WHOLE_TASKS:
+        return
+    hint = grid_starts(p, state.best)
+    if hint is None:
+        return
+    stall = state.budget.completion_stall(free[-1], len(p.block_ids))
+    res = solve_exact(p, n, clock, state.workers, hint, stall=stall)
+    state.statuses["whole"] = res.status
+    state.note_bound(res.status, res.bound)
+    if state.best is None or not res.found or res.objective is None \
+            or p.real(res.objective) >= state.best.makespan - EPS:
+        return
+    starts = res.starts()
+    state.best = with_kernel(p, n, starts, [(mod.period, mod.copies)], "whole") \
+        or with_kernel(p, n, starts, [], "whole") or state.best
+
+
+def hinted(passes: Callable[[State, Clock], None]) -> Callable[[State, Clock], None]:
+    """Mode exact's first pass: `passes` (tessel's) on a state of their own over the clock
+    given, whose schedule then hints the whole-problem solve."""
+    def run(state: State, clock: Clock) -> None:
+        if state.start is None:
+            return
+        sub = State(state.problem, state.micro_batches, clock, state.workers, state.progress, state.budget,
+                    state.objective, rivals=state.rivals, start=state.start)
+        passes(sub, clock)
+        state.statuses.update(hint=sub.statuses)
+        state.repetend, state.modulo, state.best = sub.repetend, sub.modulo, sub.best
+    return run
+
+
+def exact(state: State, clock: Clock) -> None:
+    """One solve of everything (a proof when it ends in time), hinted by the best so far."""
+    p, n = state.problem, state.micro_batches
+    if state.best is None or state.modulo is None:
+        return
+    out = solve_exact(p, n, clock, state.workers, grid_starts(p, state.best), state.progress)
+    state.statuses["exact"] = out.status
+    state.note_bound(out.status, out.bound)
+    if out.found and out.objective is not None and p.real(out.objective) < state.best.makespan - EPS:
+        state.best = p.schedule(n, out.starts(), None, None, {"base": "exact"})

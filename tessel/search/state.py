@@ -1,0 +1,92 @@
+"""The one state every pass of a search reads and improves (passes/): the problem and the
+clock, the best schedule so far and the repetend it completes, the raced baselines, the
+bounds proven on the way, and what the report will say (statuses and seconds by phase)."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import bounds
+from ..numeric import EPS, rounded
+from ..placement import Number
+from ..schedule import Schedule
+from .budget import Budget, Clock
+from .modulo import Modulo
+from .problem import Problem
+from .repetend import RepetendResult
+from .solver import Progress
+
+
+@dataclass
+class State:
+    problem: Problem
+    micro_batches: int
+    clock: Clock
+    workers: int
+    progress: Progress | None
+    budget: Budget
+    objective: str = "makespan"
+    rivals: list[Schedule] = field(default_factory=list)  # the raced baselines on the real placement
+    start: Modulo | None = None  # a repetend that fits memory, before any period search
+    repetend: RepetendResult | None = None  # the period search's (or fast's construction's) result
+    modulo: Modulo | None = None  # the repetend `best` completes
+    best: Schedule | None = None  # the best schedule so far
+    statuses: dict[str, Any] = field(default_factory=dict)  # of every solve, by phase
+    seconds: dict[str, float] = field(default_factory=dict)  # by phase
+    solver_bound: int | None = None  # grid units: a bound on the makespan proven by a solve
+
+    def report(self, **update: Any) -> None:
+        if self.progress:
+            self.progress({**update, "elapsed": round(self.clock.elapsed(), 3)})
+
+    def lap(self, phase: str, since: float) -> None:
+        self.seconds[phase] = round(self.seconds.get(phase, 0.0) + time.perf_counter() - since, 3)
+
+    def value(self, s: Schedule) -> Number:
+        return objective_value(s, self.objective)
+
+    def offer(self, s: Schedule | None) -> bool:
+        """Keep `s` when it beats the best so far (by the objective); whether it did."""
+        if s is None or (self.best is not None and self.value(s) >= self.value(self.best) - EPS):
+            return False
+        self.best = s
+        return True
+
+    def note_bound(self, status: str, bound: int | None) -> None:
+        """A makespan bound a solve proved on the grid; it holds for the real durations only
+        when the grid is exact (a rounded-up grid proves bounds of longer blocks)."""
+        if bound is not None and status in ("optimal", "feasible") and self.problem.exact_time \
+                and self.objective == "makespan":
+            self.solver_bound = max(self.solver_bound or 0, bound)
+
+    def lower_bound(self) -> tuple[Number, str]:
+        """The best proven lower bound of the objective, and which argument proved it."""
+        p = self.problem
+        limit = p.real_limit()
+        memory = []
+        for d in p.limited_devices() if limit is not None else []:
+            pairs = p.memory_pairs(d)
+            if pairs and limit is not None:
+                memory.append((d, [(a, r, amount / p.memory_scale) for a, r, amount in pairs], limit[d]))
+        solver = None if self.solver_bound is None else p.real(self.solver_bound)
+        return bounds.proven_lower_bound(p.placement, self.micro_batches, memory, solver, self.objective)
+
+    def at_bound(self) -> bool:
+        """The best schedule so far meets the best proven bound: no pass can improve it."""
+        return self.best is not None and self.value(self.best) <= self.lower_bound()[0] + EPS
+
+
+def objective_value(s: Schedule, objective: str = "makespan") -> Number:
+    """The makespan, or the span: the longest time from a device's first start to its last end
+    (the iteration time when iterations overlap)."""
+    if objective == "makespan":
+        return s.makespan
+    spans = [orders[-1].start + s.placement.by_id[orders[-1].block].duration - orders[0].start
+             for orders in s.device_orders() if orders]
+    return max(spans)
+
+
+def per_micro_batch(p: Problem, mod: Modulo) -> Number:
+    """A repetend's period per micro-batch in real time."""
+    return rounded(p.real(mod.period) / mod.copies, 6)
