@@ -284,7 +284,7 @@ def write(path: str, args: argparse.Namespace, results: Sequence[dict[str, Any]]
              f"Rows where tessel is longer than the best peer: {len(longer)} of {len(results)}; rows where the search "
              f"alone is more than 1% above the best peer: {len(alone_far)}.", "", *table(results), "",
              "## Each peer on its own", "", *peers_table(results), "",
-             "Reproduce: `.venv/bin/python bench/vpeers.py --zb-repo PATH " + " ".join(sys.argv[1:]) + "`"]
+             "Reproduce: `.venv/bin/python bench/vpeers.py " + " ".join(sys.argv[1:]) + "` (--zb-repo: a checkout of the ZB repository)"]
     atomic_write(path, "\n".join(lines) + "\n")
 
 
