@@ -70,6 +70,27 @@ def interleaved(devices: int = 4, chunks: int = 2, forward: Number = 1, backward
     return build_stages(f"interleaved-{p}x{chunks}", p, stages, _chain(stages), latency=latency)
 
 
+def interleaved_zb(devices: int = 4, chunks: int = 2, forward: Number = 1, backward: Number = 1, weight: Number = 1,
+                   memory: Number = 1, latency: Number = 0, weight_release: Number = 1) -> Placement:
+    """Looped pipeline with the backward split into B and W (torch's ScheduleInterleavedZeroBubble):
+    `chunks` model chunks per device, stage k on device k mod p, each backward an input-gradient B
+    (`backward`) and a weight-gradient W (`weight`, `weight_release` as in `zb`). Costs are one chunk's.
+
+    d0  f0 .. .. .. f4 .. .. .. .. .. .. b3 w3 .. .. b7 w7
+    d1  .. f1 .. .. .. f5 .. .. .. .. b2 w2 .. .. b6 w6 ..
+    d2  .. .. f2 .. .. .. f6 .. .. b1 w1 .. .. b5 w5 .. ..
+    d3  .. .. .. f3 .. .. .. f7 b0 w0 .. .. b4 w4 .. .. ..
+    """
+    p = _devices("interleaved-zb", devices)
+    if not isinstance(chunks, int) or chunks < 1:
+        raise PlacementError(f"placement interleaved-zb needs chunks >= 1, got {chunks!r}")
+    s = p * chunks
+    stages = [Stage(f"s{k}", (k % p,), forward, backward, weight, memory, (f"f{k}", f"b{s - 1 - k}", f"w{s - 1 - k}"))
+              for k in range(s)]
+    return build_stages(f"interleaved-zb-{p}x{chunks}", p, stages, _chain(stages), split_weight=True,
+                        latency=latency, weight_release=weight_release)
+
+
 def zb(devices: int = 4, forward: Number = 1, backward: Number = 2, weight: Number = 1, memory: Number = 1,
        latency: Number = 0, weight_release: Number = 1) -> Placement:
     """V pipeline with the backward split (zero bubble): B (`backward`, input gradient) passes the
@@ -247,6 +268,7 @@ PLACEMENTS: dict[str, tuple[Callable[..., Placement], str]] = {
     "alphafold": (alphafold, "recycling: several forward passes, then one backward"),
     "mllm": (mllm, "multi-modal LLM: sharded encoder, pipeline, sharded head"),
     "finetune": (finetune, "frozen sharded embedding (no backward) before a trained pipeline"),
+    "interleaved-zb": (interleaved_zb, "looped pipeline with the backward split into B and W (interleaved zero bubble)"),
     "zb": (zb, "V pipeline with the backward split into B and W (zero bubble)"),
     "zbv": (zbv, "two chunks per device in a V, backward split into B and W (ZB-V)"),
 }

@@ -1,6 +1,7 @@
 """Baselines: valid on every placement they fit (named and random), closed forms, memory, errors."""
 from __future__ import annotations
 
+import importlib.util
 import math
 
 import pytest
@@ -27,8 +28,13 @@ APPLIES = {
     "mllm": {"gpipe", "1f1b", "greedy"},
     "finetune": {"gpipe", "1f1b", "greedy"},
     "zb": {"gpipe", "1f1b", "zb-h1", "zb-h2", "greedy"},
-    "zbv": {"gpipe", "1f1b", "zb-v", "zb-v-half", "zb-v-min", "greedy"},
+    "zbv": {"gpipe", "1f1b", "zb-v", "zb-v-half", "zb-v-min", "zb-v-hand", "dualpipev", "greedy"},
+    "interleaved-zb": {"gpipe", "1f1b", "interleaved", "greedy"},
 }
+if importlib.util.find_spec("torch") is not None:  # torch's own generators, where their shape fits
+    APPLIES["zbv"] |= {"torch-zbv", "torch-dualpipev"}
+    APPLIES["interleaved"] |= {"torch-interleaved-1f1b"}
+    APPLIES["interleaved-zb"] |= {"torch-interleaved-1f1b", "torch-interleaved-zb"}
 
 
 def check(s: Schedule, method: str) -> Schedule:
@@ -69,6 +75,12 @@ def test_interleaved_makespan_is_megatrons(p: int, v: int, groups: int, f: int, 
     n = groups * p
     s = check(BASELINES["interleaved"](library.interleaved(p, v, forward=f, backward=b), n, None), "interleaved")
     assert s.makespan == n * v * (f + b) + (p - 1) * (f + b)
+    # the backward split into B and W run back to back: the same orders, but the gradient moves on
+    # after B, so never longer than with B + W as one block; the same activations in flight
+    split = library.interleaved_zb(p, v, forward=f, backward=b, weight=1)
+    z = check(BASELINES["interleaved"](split, n, None), "interleaved")
+    assert n * v * (f + b + 1) <= z.makespan <= n * v * (f + b + 1) + (p - 1) * (f + b + 1)
+    assert z.peak_memory == s.peak_memory
 
 
 @pytest.mark.slow
@@ -81,6 +93,40 @@ def test_zb_h1_makespan_and_memory(p: int, extra: int, f: int, b: int, w: int) -
     assert s.makespan == n * (f + b + w) + (p - 1) * (f + b - w)
     assert s.peak_memory == (p,) * p  # 1F1B's peak, on every stage
     assert s.makespan <= BASELINES["1f1b"](library.zb(p, forward=f, backward=b, weight=w), n, None).makespan
+
+
+@FEW
+@given(p=st.integers(1, 6), extra=st.integers(0, 6), f=st.integers(1, 3), b=st.integers(1, 3), w=st.integers(1, 3))
+def test_dualpipev_memory_and_steady_state(p: int, extra: int, f: int, b: int, w: int) -> None:
+    # by hand (tessel/baselines/dualpipe.py): the warm-up leaves 2p chunk activations on every device
+    # and each overlapped pair starts its F before its B frees one: 2p + 1; in the main phase every
+    # device is busy, so one more micro-batch adds exactly a device's work for it, 2 (F + B + W)
+    z = library.zbv(p, forward=f, backward=b, weight=w)
+    n = 2 * p + extra
+    s, more = (check(BASELINES["dualpipev"](z, k, None), "dualpipev") for k in (n, n + 1))
+    assert s.peak_memory == more.peak_memory == (2 * p + 1,) * p
+    assert more.makespan - s.makespan == 2 * (f + b + w)
+    assert s.makespan >= n * 2 * (f + b + w)
+    with pytest.raises(BaselineError, match=f"dualpipev needs at least as many micro-batches as the V's {2 * p}"):
+        BASELINES["dualpipev"](z, 2 * p - 1, None)
+
+
+@FEW
+@given(p=st.integers(1, 6), extra=st.integers(0, 6), f=st.integers(1, 3), b=st.integers(1, 3), w=st.integers(1, 3))
+def test_zb_v_hand_keeps_1f1bs_memory(p: int, extra: int, f: int, b: int, w: int) -> None:
+    # by hand (tessel/baselines/zbv_hand.py): 2p - 1 chunk activations after the warm-up, one more
+    # at a time in phase 3: 2p on every device (1F1B's M_B); never longer than 1F1B on the V
+    z = library.zbv(p, forward=f, backward=b, weight=w)
+    n = 2 * p - 1 + extra
+    s = check(BASELINES["zb-v-hand"](z, n, None), "zb-v-hand")
+    assert s.peak_memory == (2 * p,) * p
+    assert n * 2 * (f + b + w) <= s.makespan <= BASELINES["1f1b"](z, n, None).makespan
+
+
+def test_dualpipev_with_profiled_costs_and_latency_is_valid() -> None:
+    z = library.zbv(4, forward=0.5, backward=0.488, weight=0.252, latency=0.032)
+    s = check(BASELINES["dualpipev"](z, 12, None), "dualpipev")
+    assert s.peak_memory == (9,) * 4 and s.lower_bound <= s.makespan
 
 
 @pytest.mark.parametrize("devices", [2, 4, 6, 8])
@@ -151,7 +197,7 @@ def dags(draw: st.DrawFn) -> Placement:
 def test_every_fitting_baseline_is_valid_on_random_dags(p: Placement, n: int) -> None:
     assert "greedy" in applicable(p)
     for method in applicable(p):
-        if method == "interleaved" and n % p.devices:
+        if (method == "interleaved" and n % p.devices) or (method.endswith("dualpipev") and n < 2 * p.devices):
             continue
         check(BASELINES[method](p, n, None), method)
 

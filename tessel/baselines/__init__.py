@@ -1,4 +1,4 @@
-"""Baseline schedules: gpipe, 1f1b, interleaved, chimera, zb-h1 and greedy.
+"""Baseline schedules: gpipe, 1f1b, interleaved, chimera, the zero-bubble family, dualpipev and greedy.
 
 `BASELINES[name](placement, micro_batches, memory_limit)` returns a validated Schedule with
 `meta = {"method": name, "search_seconds": ...}` and, where the steady state repeats, a
@@ -20,7 +20,7 @@ from .repetend import detect, window_holds
 from .schedules import REGISTRY, Baseline, Limit
 from .shapes import BaselineError
 
-__all__ = ["BASELINES", "BaselineError", "applicable", "why_not", "run_baseline", "with_repetend"]
+__all__ = ["BASELINES", "BaselineError", "applicable", "raced", "why_not", "run_baseline", "with_repetend"]
 log = logging.getLogger(__name__)
 # the most tasks of the small schedules built to find a steady state
 DETECT_TASKS = 50_000
@@ -37,6 +37,11 @@ def why_not(name: str, placement: Placement) -> str | None:
 
 def applicable(placement: Placement) -> list[str]:
     return [name for name in REGISTRY if why_not(name, placement) is None]
+
+
+def raced(placement: Placement) -> list[str]:
+    """The applicable baselines a search races by default (torch's generators only on request)."""
+    return [name for name in applicable(placement) if REGISTRY[name].raced]
 
 
 def _get(name: str) -> Baseline:

@@ -15,7 +15,8 @@ How far they reach:
   synchronised on all their devices at once: the paper's "1F1B+". Any training placement whose
   forward blocks never wait on backward ones.
 - `interleaved`: Megatron's interleaved 1F1B orders on a looped pipeline (v >= 2 chunks per
-  device); micro-batches a multiple of the device count, as Megatron requires.
+  device); micro-batches a multiple of the device count, as Megatron requires. On a split
+  backward (`interleaved-zb`) each W runs right after its B.
 - `chimera`: two opposite pipelines (xshape), Chimera's (Li & Hoefler, SC'21) orders: units of
   p/2 micro-batches (p pipeline halves, p/2 per direction); in a unit each pipeline runs 1F1B and
   each device interleaves its two stages by their stand-alone times (both pipelines' forwards in
@@ -25,6 +26,15 @@ How far they reach:
 - `zb-h1`: zero-bubble H1 orders on a pipeline whose backwards are split into B and W: 1F1B
   warm-up, then F B per step with stage i keeping i weight passes back to fill the cool-down
   (peak memory p on every stage, 1F1B's peak).
+- `zb-v-hand`: ZB-V's published hand-made schedule (tessel.baselines.zbv_hand; torch's
+  ScheduleZBVZeroBubble runs it too). Memory: 2p chunk activations per device, 1F1B's.
+- `dualpipev`: DeepSeek's DualPipeV on the V (`zbv`): each overlapped F&B pair run back to back
+  (tessel.baselines.dualpipe); micro-batches at least the V's 2p stages. Memory: 2p + 1 chunk
+  activations per device.
+- `torch-zbv`, `torch-dualpipev`, `torch-interleaved-1f1b`, `torch-interleaved-zb`: the orders
+  of torch.distributed.pipelining's own generators (tessel.baselines.torch_orders) on the
+  placement of their shape (`zbv`; `interleaved`, whose split form `interleaved-zb` the last one
+  needs); only where torch is installed.
 - `greedy`: any placement, any memory limit a micro-batch fits in (see tessel.baselines.engine).
 """
 from __future__ import annotations
@@ -38,8 +48,11 @@ from ..key import Key
 from ..placement import Number, Placement, make_placement
 from ..schedule import normalise_limit
 from ..timing import earliest_starts
+from .dualpipe import dualpipev_orders
 from .engine import Pool, Pools, backward_first, list_schedule, memory_need, one_group, reservations
 from .shapes import FORWARD_PHASE, BaselineError, Chain, chain, check_phases, components, single_chain
+from .torch_orders import TORCH, torch_chain, torch_orders
+from .zbv_hand import zbv_hand_orders
 from .zero_bubble import Plan, zero_bubble_starts
 
 Limit = Number | Sequence[Number] | None
@@ -52,6 +65,9 @@ class Baseline:
     starts: Callable[[Placement, int, Limit], Starts]
     # micro-batches one period of the steady state may advance by, tried in turn; () for none
     shifts: Callable[[Placement], tuple[int, ...]] = lambda p: ()
+    # raced by the search by default; off for torch's generators (an optional dependency whose
+    # first import takes seconds): the peers bench races them on purpose
+    raced: bool = True
 
 
 def _is_forward(p: Placement, b: str) -> bool:
@@ -243,8 +259,8 @@ def _looped(p: Placement) -> tuple[Chain, int]:
     c = single_chain(p, "interleaved")
     devs = c.devices(p)
     first = devs[:p.devices]
-    if not c.backward or c.weight:
-        raise BaselineError("interleaved needs a looped pipeline with whole backwards")
+    if not c.backward or (c.weight and len(c.weight) != len(c.backward)):
+        raise BaselineError("interleaved needs a looped pipeline with every backward whole or every one split")
     if sorted(first) != list(range(p.devices)) or any(d != first[k % p.devices] for k, d in enumerate(devs)):
         raise BaselineError("interleaved needs a looped pipeline: stage k on the (k mod p)-th device")
     chunks = len(devs) // p.devices
@@ -274,7 +290,9 @@ def _interleaved(p: Placement, n: int, limit: Limit) -> Starts:
         warm = min((k_dev - r - 1) * 2 + (v - 1) * k_dev, total)
         fwd = [(c.forward[((k // k_dev) % v) * k_dev + r], micro(k)) for k in range(total)]
         bwd = [(c.backward[s - 1 - ((v - 1 - (k // k_dev) % v) * k_dev + r)], micro(k)) for k in range(total)]
-        orders[dev] = one_f_one_b(fwd, bwd, warm)
+        order = one_f_one_b(fwd, bwd, warm)
+        # a split backward (interleaved-zb) runs its W right after its B, as a whole one would
+        orders[dev] = [x for key in order for x in ([key, (c.weight[key[0]], key[1])] if key[0] in c.weight else [key])]
     return earliest_starts(p, n, orders)
 
 
@@ -349,6 +367,27 @@ def _zero_bubble(chain: Callable[[Placement, str], Chain], budget: Callable[[int
     return Baseline(fits, starts, _few)
 
 
+def _zbv_hand(p: Placement, n: int, limit: Limit) -> Starts:
+    return earliest_starts(p, n, zbv_hand_orders(p, _v_chain(p, "zb-v-hand"), n))
+
+
+def _dualpipev_fits(p: Placement, method: str = "dualpipev") -> None:
+    _v_chain(p, method)
+
+
+def _dualpipev(p: Placement, n: int, limit: Limit) -> Starts:
+    return earliest_starts(p, n, dualpipev_orders(p, _v_chain(p, "dualpipev"), n))
+
+
+def _torch(method: str) -> Baseline:
+    def fits(p: Placement) -> None:
+        torch_chain(p, method)
+
+    def starts(p: Placement, n: int, limit: Limit) -> Starts:
+        return earliest_starts(p, n, torch_orders(p, method, n))
+    return Baseline(fits, starts, lambda p: (1, 2, 3, 4, p.devices), raced=False)
+
+
 def _few(p: Placement) -> tuple[int, ...]:
     return (1, 2, 3, 4)
 
@@ -364,5 +403,8 @@ REGISTRY: dict[str, Baseline] = {
     "zb-v": _zero_bubble(_v_chain, lambda k: k, "zb-v"),
     "zb-v-half": _zero_bubble(_v_chain, lambda k: k / 2 + 1, "zb-v-half"),
     "zb-v-min": _zero_bubble(_v_chain, lambda k: k / 3 + 1, "zb-v-min"),
+    "zb-v-hand": Baseline(lambda p: _dualpipev_fits(p, "zb-v-hand"), _zbv_hand, _few),
+    "dualpipev": Baseline(_dualpipev_fits, _dualpipev, _few),
+    **{name: _torch(name) for name in TORCH},  # torch's own generators (tessel.baselines.torch_orders)
     "greedy": Baseline(lambda p: None, _greedy, _few),
 }

@@ -26,6 +26,7 @@ from ..schedule import Schedule
 from .budget import DEFAULT_LIMIT, MODES, OBJECTIVES, Budget, Clock
 from .passes.complete import completion, deepest_repetend
 from .passes.final import final, summary
+from .passes.orders import orders
 from .passes.period import period_search, polish, retry
 from .passes.race import racing
 from .passes.rivals import completed_baseline
@@ -109,7 +110,7 @@ def search(placement: Placement, micro_batches: int, memory: Number | Sequence[N
     race_share = (lambda b: b.fast_race_share) if mode == "fast" else (lambda b: b.race_share)
     run_passes(state, (Pass("baselines", racing(race_share)), Pass("start", start)))
     run_passes(state, PASSES[mode])
-    run_passes(state, (Pass("final", final, always=True),))
+    run_passes(state, (Pass("orders", orders), Pass("final", final, always=True)))
     report = summary(state, mode)
     assert state.best is not None, "the start pass leaves a repetend or a baseline"
     state.report(phase="done", makespan=state.best.makespan, period=report.period)

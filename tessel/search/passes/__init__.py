@@ -7,6 +7,7 @@ period.py    the repetend: tessel's period search and its retry; fast's construc
 complete.py  warm-up and cool-down around the repetend, the deepest repetend at its period
 rivals.py    the best baseline on the grid, completed, when it beats our own
 whole.py     for few tasks, one solve of the whole problem hinted by the best so far; mode exact
+orders.py    the best schedule's orders polished on the real durations (search/polish.py)
 final.py     real-time compaction, the raced baselines, and the report
 
 A pass is `run(state, clock)`: it reads the state, spends at most `clock` (its share of the

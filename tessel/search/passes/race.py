@@ -5,7 +5,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from ...baselines import BaselineError, applicable, run_baseline
+from ...baselines import BaselineError, raced, run_baseline
 from ...schedule import ScheduleError
 from ..budget import Budget, Clock
 from ..state import State
@@ -30,7 +30,7 @@ def race(state: State, clock: Clock, share: float = 1.0) -> None:
     if tasks > BASELINE_TASKS or not state.budget.race:
         return
     per_baseline = tasks * state.budget.baseline_per_task
-    for name in sorted(applicable(p), key=lambda x: x == "greedy"):
+    for name in sorted(raced(p), key=lambda x: x == "greedy"):  # torch's generators only on request
         if per_baseline > clock.left() * share:
             log.info("baseline %s skipped: about %.1fs, over the race's share", name, per_baseline)
             continue

@@ -1,0 +1,224 @@
+"""Order polish on the real durations: pull a task that was ready into the idle gap before it.
+
+The repetend and the completion are solved on an integer grid; with fractional costs and edge
+latency the grid rounds every block up, and a completion solve stopped on a stall leaves idle
+gaps in the warm-up and the cool-down. Replayed on the real durations (orders kept), such a gap
+often has a task behind it on the same device whose inputs were ready before the task after the
+gap ends: a
+ZB-V-like warm-up needs the forward of the next micro-batch or a pending W run there, not the
+task the grid's order put first.
+
+First every block takes its micro-batches in increasing order (a solver's warm-up often starts
+them scrambled, each overtaking costing a latency and a wait), when that is better. Then one
+move takes such a task (single-device, at most LOOKAHEAD places later) and puts it in front of
+the task after the gap; the orders are replayed as early as they allow (tessel.timing) and the move
+is kept when the makespan, then the sum of the task ends, gets smaller and no device's memory
+goes over its limit (memory depends on the order only: a device allocates at a task's start and
+frees at the end of an earlier one, so the level along its order is a running sum). The walk
+When no gap move helps, a task on the critical path that waited for its device (not for its
+inputs) jumps a few places earlier on it (the job shop's critical-path neighbourhood). The walk
+repeats until no move helps or its deadline passes; every kept schedule is validated by the four
+rules. The repetend is kept when the polished schedule still unrolls with it, dropped otherwise
+(the schedule is still the one for its micro-batches).
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..key import Key
+from ..placement import Number, Placement
+from ..schedule import EPS, Schedule, ScheduleError
+from ..timing import DeadlockError, earliest_starts, orders_of
+
+log = logging.getLogger(__name__)
+LOOKAHEAD = 24  # places later a task may come from
+JUMP = 4  # places earlier a critical task may jump
+MOST_TASKS = 20_000  # above this many tasks one replay costs too much for the walk to pay
+
+
+@dataclass(frozen=True)
+class _State:
+    orders: list[list[Key]]
+    start: dict[Key, Number]
+    makespan: Number
+    ends: Number  # the sum of all task ends: shorter warm-ups show here before the makespan moves
+
+
+def polish(s: Schedule, deadline: float) -> Schedule:
+    """`s` with idle gaps filled by later ready tasks, as far as `deadline` (time.perf_counter())
+    allows; `s` itself when no move helps."""
+    p, n = s.placement, s.micro_batches
+    if n * len(p.blocks) > MOST_TASKS or time.perf_counter() >= deadline:
+        return s
+    cur = _replay(p, n, orders_of(s))
+    if cur is None:
+        return s
+    moves = 0
+    fifo = _replay(p, n, _in_order(orders_of(s)))
+    if fifo is not None and _better(fifo, cur):
+        cur, moves = fifo, 1
+    while time.perf_counter() < deadline:
+        nxt = _improve(p, n, cur, s.memory_limit, deadline)
+        if nxt is None:
+            break
+        cur, moves = nxt, moves + 1
+    if moves == 0 or cur.makespan >= s.makespan - EPS:
+        return s
+    log.info("polish: %d moves, makespan %s -> %s", moves, s.makespan, cur.makespan)
+    return _rebuilt(s, cur)
+
+
+def _in_order(orders: list[list[Key]]) -> list[list[Key]]:
+    """Every block takes its micro-batches in increasing order, each device keeping the places of
+    its blocks (so its memory along the order is unchanged). Micro-batches are interchangeable,
+    but a solver's warm-up often starts them in a scrambled order per block, and each overtaking
+    waits for the latency and the upstream device twice."""
+    out = []
+    for order in orders:
+        mbs: dict[str, list[int]] = {}
+        for b, m in order:
+            mbs.setdefault(b, []).append(m)
+        for ms in mbs.values():
+            ms.sort(reverse=True)
+        out.append([(b, mbs[b].pop()) for b, _ in order])
+    return out
+
+
+def _replay(p: Placement, n: int, orders: list[list[Key]]) -> _State | None:
+    try:
+        start = earliest_starts(p, n, orders)
+    except DeadlockError:
+        return None
+    by = p.by_id
+    ends = [t + by[b].duration for (b, _), t in start.items()]
+    return _State(orders, start, max(ends) - min(start.values()), sum(ends))
+
+
+def _improve(p: Placement, n: int, cur: _State, limit: Sequence[Number] | None, deadline: float) -> _State | None:
+    """The first move, earliest gap first, that makes the schedule better; None when none does."""
+    by = p.by_id
+    end = {k: t + by[k[0]].duration for k, t in cur.start.items()}
+    gaps = []
+    for d, order in enumerate(cur.orders):
+        for i in range(1, len(order)):
+            if cur.start[order[i]] > end[order[i - 1]] + EPS:
+                gaps.append((end[order[i - 1]], d, i))
+    for _, d, i in sorted(gaps):
+        order = cur.orders[d]
+        for j in range(i + 1, min(i + 1 + LOOKAHEAD, len(order))):
+            b, m = order[j]
+            if len(by[b].devices) > 1 or _ready(p, b, m, end) >= end[order[i]] - EPS:
+                continue
+            moved = order[:i] + [order[j]] + order[i:j] + order[j + 1:]
+            if limit is not None and _peak(p, moved) > limit[d] + EPS:
+                continue
+            orders = [moved if e == d else o for e, o in enumerate(cur.orders)]
+            new = _replay(p, n, orders)
+            if new is not None and _better(new, cur):
+                return new
+            if time.perf_counter() >= deadline:
+                return None
+    return _critical_move(p, n, cur, end, limit, deadline)
+
+
+def _critical_move(p: Placement, n: int, cur: _State, end: dict[Key, Number], limit: Sequence[Number] | None,
+                   deadline: float) -> _State | None:
+    """A task on the critical path that waited for its device runs up to JUMP places earlier (the
+    job shop's critical-path neighbourhood): the first such move that makes the schedule better."""
+    for d, i in _critical_arcs(p, cur, end):
+        order = cur.orders[d]
+        for k in range(i - 1, max(i - 1 - JUMP, -1), -1):
+            moved = order[:k] + [order[i]] + order[k:i] + order[i + 1:]
+            if limit is not None and _peak(p, moved) > limit[d] + EPS:
+                continue
+            new = _replay(p, n, [moved if e == d else o for e, o in enumerate(cur.orders)])
+            if new is not None and _better(new, cur):
+                return new
+            if time.perf_counter() >= deadline:
+                return None
+    return None
+
+
+def _critical_arcs(p: Placement, cur: _State, end: dict[Key, Number]) -> list[tuple[int, int]]:
+    """(device, place) of each single-device task on the critical path that started when the task
+    before it on its device ended (its inputs may have arrived just then too), from the end backwards."""
+    by = p.by_id
+    place = {(k, d): i for d, order in enumerate(cur.orders) for i, k in enumerate(order)}
+    x = max(end, key=lambda k: end[k])
+    out = []
+    while cur.start[x] > EPS:
+        b, m = x
+        at = cur.start[x]
+        prev = [(d, place[(x, d)]) for d in by[b].devices if place[(x, d)] > 0
+                and end[cur.orders[d][place[(x, d)] - 1]] >= at - EPS]
+        if prev and len(by[b].devices) == 1:  # waited for its device (maybe its inputs too, on a tie)
+            out.append(prev[0])
+        ready = max(((end[(a, m)] + p.edge_latency(a, b), (a, m)) for a in p.preds[b]), default=None)
+        if ready is not None and ready[0] >= at - EPS:
+            x = ready[1]
+        elif prev:
+            d, i = prev[0]
+            x = cur.orders[d][i - 1]
+        else:
+            break
+    return out
+
+
+def _better(a: _State, b: _State) -> bool:
+    """A shorter makespan, or the same one with task ends earlier in sum."""
+    return a.makespan < b.makespan - EPS or (a.makespan <= b.makespan + EPS and a.ends < b.ends - EPS)
+
+
+def _ready(p: Placement, b: str, m: int, end: dict[Key, Number]) -> Number:
+    return max((end[(a, m)] + p.edge_latency(a, b) for a in p.preds[b]), default=0)
+
+
+def _peak(p: Placement, order: Sequence[Key]) -> Number:
+    """A device's peak memory running `order`: each allocation on top of all earlier changes."""
+    level: Number = 0
+    peak: Number = 0
+    for b, _ in order:
+        mem = p.by_id[b].memory
+        level += mem
+        if mem > 0:
+            peak = max(peak, level)
+    return peak
+
+
+def _rebuilt(s: Schedule, cur: _State) -> Schedule:
+    """The polished schedule, validated, with `s`'s repetend moved onto it where it still unrolls."""
+    p, n = s.placement, s.micro_batches
+    meta = dict(s.meta)
+    try:
+        plain = Schedule.build(p, n, cur.start, s.memory_limit, None, meta, check=True)
+    except ScheduleError as e:  # floating point: a release summed to just after an allocation
+        log.info("polish dropped: %s", e)
+        return s
+    rep = s.repetend
+    if rep is not None:
+        kept = _with_window(s, plain)
+        if kept is not None:
+            return kept
+    return plain.with_meta(repetend="none") if rep is not None else plain
+
+
+def _with_window(s: Schedule, plain: Schedule) -> Schedule | None:
+    """`plain` with `s`'s repetend window, moved by how far its first task moved, if it unrolls."""
+    rep = s.repetend
+    assert rep is not None
+    first = min((t for t in s.tasks if t.start >= rep.start - EPS), key=lambda t: (t.start, t.micro_batch, t.block))
+    shift = plain.start[(first.block, first.micro_batch)] - first.start
+    window = type(rep)(rep.period, rep.start + shift, rep.end + shift)
+    cand = Schedule.build(plain.placement, plain.micro_batches, plain.start, plain.memory_limit, window,
+                          plain.meta, check=False)
+    kernel = cand.kernel()
+    if kernel is None:
+        return None
+    try:
+        cand.unroll(cand.micro_batches + max(1, kernel.shift))
+    except ScheduleError:
+        return None
+    return cand
