@@ -1,7 +1,6 @@
 """Baselines: valid on every placement they fit (named and random), closed forms, memory, errors."""
 from __future__ import annotations
 
-import importlib.util
 import math
 
 import pytest
@@ -11,6 +10,7 @@ from hypothesis import strategies as st
 from tessel import library, methods
 from tessel.baselines import BASELINES, BaselineError, applicable, run_baseline, why_not
 from tessel.baselines.engine import memory_need, one_group
+from tessel.baselines.torch_orders import torch_available
 from tessel.placement import Block, Placement, make_placement
 from tessel.schedule import Schedule
 
@@ -31,7 +31,7 @@ APPLIES = {
     "zbv": {"gpipe", "1f1b", "zb-v", "zb-v-half", "zb-v-min", "zb-v-hand", "dualpipev", "greedy"},
     "interleaved-zb": {"gpipe", "1f1b", "interleaved", "greedy"},
 }
-if importlib.util.find_spec("torch") is not None:  # torch's own generators, where their shape fits
+if torch_available():  # torch's own generators, where their shape fits
     APPLIES["zbv"] |= {"torch-zbv", "torch-dualpipev"}
     APPLIES["interleaved"] |= {"torch-interleaved-1f1b"}
     APPLIES["interleaved-zb"] |= {"torch-interleaved-1f1b", "torch-interleaved-zb"}

@@ -34,7 +34,8 @@ def _pair_sequences(progs: Programs) -> tuple[dict[tuple[int, int], list[Transfe
 
 def _schedule(name: str, method: str) -> Schedule:
     opts = {"time_limit": 2.0} if method == "tessel" else {}
-    return run_method(method, library.build(name, 4), N, **opts)
+    n = 2 * N if "dualpipev" in method else N  # DualPipeV needs as many micro-batches as the V's 8 stages
+    return run_method(method, library.build(name, 4), n, **opts)
 
 
 CASES = [(name, m) for name in library.PLACEMENTS for m in METHODS

@@ -89,9 +89,9 @@ def test_ranks_end_when_their_launcher_is_killed_outright() -> None:
 
 
 @pytest.mark.parametrize("argv,message", [
-    (["run", "--model", "mlp", "--timeout", "0"], "--timeout: timeout must be a finite number > 0 (seconds), got '0'"),
-    (["run", "--model", "mlp", "--timeout", "-1"], "--timeout: timeout must be a finite number > 0"),
-    (["run", "--model", "mlp", "--timeout", "nan"], "--timeout: timeout must be a finite number > 0"),
+    (["run", "--model", "mlp", "--timeout", "0"], "--timeout: --timeout must be a finite number > 0 and at most 1e+06 (seconds), got '0'"),
+    (["run", "--model", "mlp", "--timeout", "-1"], "--timeout: --timeout must be a finite number > 0"),
+    (["run", "--model", "mlp", "--timeout", "nan"], "--timeout: --timeout must be a finite number > 0"),
 ])
 def test_bad_timeouts_are_refused_before_launching(argv: list[str], message: str) -> None:
     r = subprocess.run([sys.executable, "-m", "tessel", *argv], capture_output=True, text=True, env=ENV,

@@ -66,7 +66,7 @@ def torch_chain(p: Placement, method: str) -> Chain:
     if spec.split and not split:
         raise BaselineError(f"{method} needs every backward split into B and W (placement "
                             f"{'zbv' if spec.style == 'v' else 'interleaved-zb'})")
-    if importlib.util.find_spec("torch") is None:
+    if not torch_available():
         raise BaselineError(f"{method} runs torch's own generator: install torch (pip install 'tessel[torch]')")
     return c
 
@@ -152,3 +152,11 @@ def _compute(a: Any) -> tuple[Action, ...]:
     if kind not in ("F", "I", "W", "B") or a.microbatch_index is None:
         return ()
     return ((int(a.stage_index), str(kind), int(a.microbatch_index)),)
+
+
+def torch_available() -> bool:
+    """Whether torch can be imported here (an import hook that refuses it counts as absent)."""
+    try:
+        return importlib.util.find_spec("torch") is not None
+    except ImportError:
+        return False
