@@ -23,6 +23,7 @@ from bisect import bisect_right, insort
 from collections.abc import Sequence
 
 from ..errors import SearchError
+from ..key import Key
 from ..timing import earliest_starts
 from .budget import Clock
 from .modulo import Modulo, fits
@@ -128,7 +129,10 @@ def sequential(problem: Problem) -> Modulo:
     early as its inputs and devices allow, and the period its makespan, so micro-batches never
     overlap and the steady state holds what one micro-batch holds."""
     order = _orders(problem)[1]
-    devices = [[(b, 0) for b in order if d in problem.devices_of[b]] for d in range(problem.units.devices)]
+    devices: list[list[Key]] = [[] for _ in range(problem.units.devices)]
+    for b in order:  # one pass: a scan of every block per device was quadratic at 4,096 devices
+        for d in problem.devices_of[b]:
+            devices[d].append((b, 0))
     starts = earliest_starts(problem.units, 1, devices)
     span = max(int(s) + problem.duration[b] for (b, _), s in starts.items())
     return Modulo.from_starts(span, {(b, 0): int(s) for (b, _), s in starts.items()})
