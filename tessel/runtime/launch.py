@@ -43,6 +43,7 @@ from . import comm, forkserver, wire
 from .signed import SignedStore
 
 log = logging.getLogger(__name__)
+CONSEQUENCE_WAIT = 0.5  # seconds a rank whose error is not its own reason waits for a peer's abort note
 
 GRACE_SECONDS = 5.0
 MAX_MESSAGE = 2**31 - 1   # most bytes one rank's report may take through its pipe
@@ -278,6 +279,10 @@ def _fail(rank: int, ctx: comm.Context | None, job: comm.Job, options: Options, 
                                SignedStore(comm.connect(job.host, job.port, job.prefix, td), key), td, key,
                                global_rank=rank, outbox=outbox)
         note = ctx.aborted() or ""
+        if not note and not isinstance(e, TesselError):
+            # a lost connection is often a peer's failure whose abort note is a moment behind
+            time.sleep(CONSEQUENCE_WAIT)
+            note = ctx.aborted() or ""
         origin = note.partition("|")[0]
         if note and origin != str(rank):
             # a peer failed first and its exit broke our connection: ours is a consequence
