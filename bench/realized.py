@@ -41,19 +41,18 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from runtime import ratio_interval, verdict  # noqa: E402
+from runtime import _timed, ratio_interval, verdict  # noqa: E402
 
 from tessel import library  # noqa: E402
 from tessel.io import atomic_write  # noqa: E402
 from tessel.methods import METHODS, run_method, why_not_method  # noqa: E402
 from tessel.runtime.comm import make_groups  # noqa: E402
 from tessel.runtime.emulate import Emulation, SleepingDevice, replay_makespan  # noqa: E402
-from tessel.runtime.executor import Executor  # noqa: E402
 from tessel.runtime.launch import Options, launch  # noqa: E402
 from tessel.runtime.networks import Config, example  # noqa: E402
 from tessel.runtime.pipelining import stage_module, stage_of, write_actions_csv  # noqa: E402
-from tessel.runtime.program import Instruction, lower  # noqa: E402
-from tessel.runtime.train import order_errors  # noqa: E402
+from tessel.runtime.program import lower  # noqa: E402
+from tessel.runtime.train import RecordingExecutor, order_errors  # noqa: E402
 from tessel.schedule import Schedule, schedule_from_dict  # noqa: E402
 
 OUT = Path(__file__).parent / "results" / "realized.md"
@@ -64,26 +63,9 @@ TORCH = {"vshape": ("1f1b", "Schedule1F1B"), "interleaved": ("interleaved", "Sch
 RATIO_CASES = ("mshape", "kshape", "zbv")  # tessel / 1F1B realized vs predicted
 
 
-def _timed(fn: Callable[[], Any]) -> float:
-    dist.barrier()
-    t0 = time.perf_counter()
-    fn()
-    dist.barrier()
-    return time.perf_counter() - t0
-
-
-class _Recording(Executor):
-    executed: list[tuple[str, int]]
-
-    def _execute(self, i: int, ins: Instruction, st: Any) -> None:
-        if ins.is_compute:
-            self.executed.append((ins.block, ins.micro_batch))
-        super()._execute(i, ins, st)
-
-
-def _ours(ctx: Any, s: Schedule, ex: Any, blocks: dict[str, Any], emulation: Emulation) -> _Recording:
+def _ours(ctx: Any, s: Schedule, ex: Any, blocks: dict[str, Any], emulation: Emulation) -> RecordingExecutor:
     mine = {b: m for b, m in blocks.items() if ctx.rank in ex.flow.devices(b)}
-    rec = _Recording(lower(s), ctx, mine, ex.feeds, pacer=SleepingDevice(s.placement, emulation, ctx))
+    rec = RecordingExecutor(lower(s), ctx, mine, ex.feeds, pacer=SleepingDevice(s.placement, emulation, ctx))
     rec.executed = []
     return rec
 

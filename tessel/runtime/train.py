@@ -143,7 +143,7 @@ def run_jobs(ctx: Context, jobs: Sequence[TrainJob]) -> list[RankReport]:
     return [run_job(ctx, job) for job in jobs]
 
 
-class _Recording(Executor):
+class RecordingExecutor(Executor):
     """An executor that writes down the compute tasks in the order it runs them."""
     executed: list[tuple[str, int]]
 
@@ -163,7 +163,7 @@ def run_job(ctx: Context, job: TrainJob) -> RankReport:
     blocks = {b: ex.build(b, ctx.group(ex.flow.devices(b)) if len(ex.flow.devices(b)) > 1 else None).to(ctx.device)
               for b in ex.flow.forwards if ctx.rank in ex.flow.devices(b)}
     pacer = SleepingDevice(schedule.placement, job.emulate, ctx) if job.emulate is not None else None
-    executor = _Recording(lower(schedule), ctx, blocks, ex.feeds, pacer=pacer)
+    executor = RecordingExecutor(lower(schedule), ctx, blocks, ex.feeds, pacer=pacer)
     params = executor.parameters()
     meter = GraphMemory(p for m in blocks.values() for p in m.parameters())
     meter.watch(blocks)
