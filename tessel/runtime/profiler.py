@@ -3,7 +3,8 @@
 Given a placement and one `nn.Module` per forward block, run the blocks of one micro-batch in
 dependency order and measure, per block:
 
-- forward and backward time: the fastest of the timed runs after `warmup` runs, on CPU or CUDA
+- forward and backward time: the fastest of the timed runs after `warmup` runs, in two sweeps over
+  all blocks (the faster sweep counts; sweeps more than `SPREAD` apart are warned about), on CPU or CUDA
   (synchronised around each run), with torch's intra-op threads pinned (`threads`, 1 by default,
   as one rank of a job and as `tessel profile`). On a loaded machine runs are slowed, never sped
   up, so the fast end of the distribution is the one that repeats; the fastest counts once a
@@ -260,14 +261,21 @@ def _profile(placement: Placement, modules: Mapping[str, nn.Module],
         raise PlacementError(f"no module for block {missing[0]!r} of placement {placement.name!r}")
     grads = _gradient_blocks(placement)
     outputs: dict[str, Any] = {}
+    runs: dict[str, _Run] = {}
+    sweeps: list[dict[str, dict[str, Timing]]] = [{}, {}]
     measured = []
-    warnings: list[str] = []
     for bid in forwards:
         args = _block_args(placement, bid, outputs, inputs, dev)
-        run = _Run(modules[bid].to(dev), args, bid in grads, dev, warmup, repeats)
-        measured.append(_measure(bid, run, "weight" in grads.get(bid, {}), outputs, warnings))
-        log.info("profiled %s: forward %.3f ms, backward %.3f ms, activation %d bytes", bid,
-                 measured[-1].forward_ms, measured[-1].backward_ms, measured[-1].activation_bytes)
+        runs[bid] = _Run(modules[bid].to(dev), args, bid in grads, dev, warmup, repeats)
+        sweeps[0][bid] = _timings(runs[bid], "weight" in grads.get(bid, {}))
+        measured.append(_shapes(bid, runs[bid], outputs))
+    for bid in forwards:  # a second sweep, minutes apart on a big model: a busy spell rarely hits one block twice
+        sweeps[1][bid] = _timings(runs[bid], "weight" in grads.get(bid, {}))
+    warnings: list[str] = []
+    measured = [_timed(m, sweeps[0][m.block], sweeps[1][m.block], warnings) for m in measured]
+    for m in measured:
+        log.info("profiled %s: forward %.3f ms, backward %.3f ms, activation %d bytes", m.block,
+                 m.forward_ms, m.backward_ms, m.activation_bytes)
     scaled = tuple(_per_device(m, placement, sharded_modules) for m in measured)
     out = _placement_of(placement, scaled, grads, bandwidth, alpha)
     return Profile(out, scaled, str(dev), repeats, bandwidth, tuple(warnings))
@@ -295,27 +303,48 @@ def _block_args(p: Placement, bid: str, outputs: Mapping[str, Any],
     return tuple(outputs[a] for a in preds) + extra  # each predecessor's output as one argument, as the runtime
 
 
-def _measure(bid: str, run: _Run, split: bool, outputs: dict[str, Any], warnings: list[str]) -> BlockProfile:
+def _timings(run: _Run, split: bool) -> dict[str, Timing]:
     timings = {"forward": run.forward_ms()}
     if run.trains:
-        out, act = saved_bytes(run.module, _detached(run.args, True))
         timings["backward"] = run.backward_ms()
         if split:
             timings["input-gradient"] = run.input_grad_ms()
+    return timings
+
+
+def _shapes(bid: str, run: _Run, outputs: dict[str, Any]) -> BlockProfile:
+    """The block's activation and output sizes (times filled in by `_timed`); its output feeds its successors."""
+    if run.trains:
+        out, act = saved_bytes(run.module, _detached(run.args, True))
     else:
         with torch.no_grad():
             out = run.module(*run.args)
         act = 0
-    for what, t in timings.items():
-        if t.spread > SPREAD:
-            warnings.append(f"block {bid} {what}: after {t.runs} runs the fastest quarter still spreads {t.spread:.0%} "
-                            f"above the fastest, {t.ms:.3g} ms (more than {SPREAD:.0%}): a loaded machine? its "
-                            f"cost is uncertain")
-            log.warning("%s", warnings[-1])
     outputs[bid] = _detach_all(out)
-    ms = {k: t.ms for k, t in timings.items()}
-    return BlockProfile(bid, ms["forward"], ms.get("backward", 0.0), ms.get("input-gradient", 0.0), act,
-                        sum(t.nbytes for t in _tensors(out)))
+    return BlockProfile(bid, 0.0, 0.0, 0.0, act, sum(t.nbytes for t in _tensors(out)))
+
+
+def _timed(m: BlockProfile, first: Mapping[str, Timing], second: Mapping[str, Timing],
+           warnings: list[str]) -> BlockProfile:
+    """The faster sweep's time of each pass; a warning with the figure where a sweep's runs stayed
+    spread out or the two sweeps disagree by more than SPREAD."""
+    ms: dict[str, float] = {}
+    for what, a in first.items():
+        b = second[what]
+        ms[what] = min(a.ms, b.ms)
+        apart = max(a.ms, b.ms) / ms[what] - 1 if ms[what] > 0 else 0.0
+        if max(a.spread, b.spread) > SPREAD:
+            warnings.append(f"block {m.block} {what}: after {max(a.runs, b.runs)} runs the fastest quarter still "
+                            f"spreads {max(a.spread, b.spread):.0%} above the fastest, {ms[what]:.3g} ms (more than "
+                            f"{SPREAD:.0%}): a loaded machine? its cost is uncertain")
+        elif apart > SPREAD:
+            warnings.append(f"block {m.block} {what}: two sweeps measured {a.ms:.3g} and {b.ms:.3g} ms, {apart:.0%} "
+                            f"apart (more than {SPREAD:.0%}): a loaded machine? its cost is uncertain")
+        else:
+            continue
+        log.warning("%s", warnings[-1])
+    return replace(m, forward_ms=ms["forward"], backward_ms=ms.get("backward", 0.0),
+                   input_grad_ms=ms.get("input-gradient", 0.0))
 
 
 def _detach_all(x: Any) -> Any:
