@@ -44,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from runtime import _timed, ratio_interval, verdict  # noqa: E402
 
 from tessel import library  # noqa: E402
+from tessel.baselines.shapes import BaselineError  # noqa: E402
 from tessel.io import atomic_write  # noqa: E402
 from tessel.methods import METHODS, run_method, why_not_method  # noqa: E402
 from tessel.runtime.comm import make_groups  # noqa: E402
@@ -177,16 +178,21 @@ TORCH_METHOD = {v[1]: v[0] for v in TORCH.values()}
 
 
 # ---- driver -------------------------------------------------------------------------------------
-def schedules(name: str, ranks: int, n: int, time_limit: float) -> dict[str, Schedule]:
-    return schedules_on(library.build(name, ranks), n, time_limit, BASELINES)
+def schedules(name: str, ranks: int, n: int, time_limit: float, skipped: list[str]) -> dict[str, Schedule]:
+    return schedules_on(library.build(name, ranks), n, time_limit, BASELINES, skipped)
 
 
-def schedules_on(p: Any, n: int, time_limit: float, baselines: Sequence[str]) -> dict[str, Schedule]:
-    """Every baseline that applies and tessel's search within the memory of 1F1B's peak, validated."""
+def schedules_on(p: Any, n: int, time_limit: float, baselines: Sequence[str],
+                 skipped: list[str] | None = None) -> dict[str, Schedule]:
+    """Every baseline that applies and tessel's search within the memory of 1F1B's peak, validated;
+    a baseline that refuses `n` micro-batches (dualpipev wants one per stage) is named in `skipped`."""
     out: dict[str, Schedule] = {}
     for m in baselines:
         if m in METHODS and why_not_method(m, p) is None:
-            out[m] = run_method(m, p, n)
+            try:
+                out[m] = run_method(m, p, n)
+            except BaselineError as e:
+                (skipped if skipped is not None else []).append(f"{p.name}: {m} left out: {e}")
     memory = max(out["1f1b"].peak_memory) if "1f1b" in out else None
     out["tessel"] = run_method("tessel", p, n, memory, time_limit=time_limit)
     for k, s in out.items():
@@ -217,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     rows, ratio_rows, torch_rows, notes = [], [], [], []
     for ranks in (int(r) for r in args.ranks.split(",")):
         for name in args.placements.split(","):
-            scheds = schedules(name, ranks, args.micro_batches, args.time_limit)
+            scheds = schedules(name, ranks, args.micro_batches, args.time_limit, notes)
             docs = {k: s.to_dict() for k, s in scheds.items()}
             csv_dir = str(Path(args.output).parent)
             t0 = time.time()

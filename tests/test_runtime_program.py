@@ -171,7 +171,8 @@ def test_check_catches_tampered_programs() -> None:
     with pytest.raises(DeadlockError, match="whose receive is not posted before it"):
         _tampered(progs, 2, late).check()
     forged = list(prog)
-    forged[recvs[1]] = replace(prog[recvs[1]], transfer=replace(prog[recvs[1]].transfer, src=3))
+    j = [i for i in recvs if prog[i].transfer.src == 1][1]
+    forged[j] = replace(prog[j], transfer=replace(prog[j].transfer, src=3))
     with pytest.raises(ScheduleError):
         _tampered(progs, 2, forged).check()
 
