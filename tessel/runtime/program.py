@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..errors import UsageError
 from ..key import Key
@@ -202,6 +202,18 @@ def check_programs(progs: Programs) -> None:
     _check_matching(progs)
     _check_pair_order(progs)
     _simulate(progs, flow)
+    try:
+        _simulate(shape_pass(progs), flow)
+    except DeadlockError as e:
+        raise DeadlockError(f"the shape pass (micro-batch 0's forwards) deadlocks: {e}") from None
+
+
+def shape_pass(progs: Programs) -> Programs:
+    """What the executor's shape pass runs before a first step: micro-batch 0's forward tasks and
+    their activations' messages (a description of each), in program order."""
+    ranks = tuple(tuple(i for i in prog if i.micro_batch == 0 and i.op not in ("backward", "weight")
+                        and not (i.transfer is not None and i.transfer.grad)) for prog in progs.ranks)
+    return replace(progs, ranks=ranks)
 
 
 def _check_matching(progs: Programs) -> None:
