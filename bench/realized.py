@@ -23,6 +23,13 @@ _PipelineScheduleRuntime loading our exported CSV of the same schedule (the same
 Alternating step by step in the same processes; ratio of medians ours / torch with its interval.
 
     .venv/bin/python bench/realized.py [--ranks 4,8] [--unit-ms 40] [--steps 5] [--micro-batches 8]
+
+Ranks are started past the launcher's per-core limit (they sleep); the memory they need is checked
+first and each rank's peak is noted. At 16 ranks give 16 micro-batches (torch's Schedule1F1B wants
+at least one per stage; a schedule torch refuses is a note, ours still measured):
+
+    .venv/bin/python bench/realized.py --ranks 16 --micro-batches 16 --placements vshape,zbv,kshape \
+        -o bench/results/realized-16.md
 """
 from __future__ import annotations
 
