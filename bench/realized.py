@@ -23,6 +23,13 @@ _PipelineScheduleRuntime loading our exported CSV of the same schedule (the same
 Alternating step by step in the same processes; ratio of medians ours / torch with its interval.
 
     .venv/bin/python bench/realized.py [--ranks 4,8] [--unit-ms 40] [--steps 5] [--micro-batches 8]
+
+Ranks are started past the launcher's per-core limit (they sleep); the memory they need is checked
+first and each rank's peak is noted. At 16 ranks give 16 micro-batches (torch's Schedule1F1B wants
+at least one per stage; a schedule torch refuses is a note, ours still measured):
+
+    .venv/bin/python bench/realized.py --ranks 16 --micro-batches 16 --placements vshape,zbv,kshape \
+        -o bench/results/realized-16.md
 """
 from __future__ import annotations
 
@@ -30,6 +37,7 @@ import argparse
 import os
 import platform
 import random
+import resource
 import statistics
 import sys
 import time
@@ -44,10 +52,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from runtime import _timed, ratio_interval, verdict  # noqa: E402
 
 from tessel import library  # noqa: E402
+from tessel.baselines.shapes import BaselineError  # noqa: E402
 from tessel.io import atomic_write  # noqa: E402
 from tessel.methods import METHODS, run_method, why_not_method  # noqa: E402
 from tessel.runtime.comm import make_groups  # noqa: E402
 from tessel.runtime.emulate import Emulation, SleepingDevice, replay_makespan  # noqa: E402
+from tessel.runtime.forkserver import RANK_BYTES  # noqa: E402
 from tessel.runtime.launch import Options, launch  # noqa: E402
 from tessel.runtime.networks import Config, example  # noqa: E402
 from tessel.runtime.pipelining import stage_module, stage_of, write_actions_csv  # noqa: E402
@@ -89,6 +99,7 @@ def worker(ctx: Any, docs: dict[str, Any], unit_ms: float, steps: int, features:
     name = first.placement.name.split("-")[0]
     if name in TORCH and TORCH[name][0] in scheds and not no_torch:
         out["torch"] = _versus_torch(ctx, scheds[TORCH[name][0]], ex, blocks, unit_ms, steps, csv_dir, TORCH[name][1])
+    out["rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # peak, Linux: KiB
     return out
 
 
@@ -149,11 +160,14 @@ def _versus_torch(ctx: Any, s: Schedule, ex: Any, blocks: dict[str, Any], unit_m
         return out
 
     first = stages()
-    native = (ts.Schedule1F1B(first[0], s.micro_batches, loss_fn=loss, scale_grads=True)
-              if torch_name == "Schedule1F1B" else
-              getattr(ts, torch_name)(first, s.micro_batches, loss_fn=loss, scale_grads=True))
-    runtime = _PipelineScheduleRuntime(stages(), s.micro_batches, loss_fn=loss, scale_grads=True)  # type: ignore[no-untyped-call]
-    runtime._load_csv(csv_path, format="compute_only")
+    try:  # torch checks its arguments as it builds a schedule, the same way on every rank
+        native = (ts.Schedule1F1B(first[0], s.micro_batches, loss_fn=loss, scale_grads=True)
+                  if torch_name == "Schedule1F1B" else
+                  getattr(ts, torch_name)(first, s.micro_batches, loss_fn=loss, scale_grads=True))
+        runtime = _PipelineScheduleRuntime(stages(), s.micro_batches, loss_fn=loss, scale_grads=True)  # type: ignore[no-untyped-call]
+        runtime._load_csv(csv_path, format="compute_only")
+    except ValueError as e:
+        return {"method": TORCH_METHOD[torch_name], "times": {}, "refused": f"torch's {torch_name}: {e}"}
     wall = _ours(ctx, s, ex, blocks, Emulation(unit_ms, clock="wall"))
     batch = ex.batch(s.micro_batches, seed=1)
     first_block = flow.forwards[0]
@@ -177,22 +191,36 @@ TORCH_METHOD = {v[1]: v[0] for v in TORCH.values()}
 
 
 # ---- driver -------------------------------------------------------------------------------------
-def schedules(name: str, ranks: int, n: int, time_limit: float) -> dict[str, Schedule]:
-    return schedules_on(library.build(name, ranks), n, time_limit, BASELINES)
+def schedules(name: str, ranks: int, n: int, time_limit: float, skipped: list[str]) -> dict[str, Schedule]:
+    return schedules_on(library.build(name, ranks), n, time_limit, BASELINES, skipped)
 
 
-def schedules_on(p: Any, n: int, time_limit: float, baselines: Sequence[str]) -> dict[str, Schedule]:
-    """Every baseline that applies and tessel's search within the memory of 1F1B's peak, validated."""
+def schedules_on(p: Any, n: int, time_limit: float, baselines: Sequence[str],
+                 skipped: list[str] | None = None) -> dict[str, Schedule]:
+    """Every baseline that applies and tessel's search within the memory of 1F1B's peak, validated;
+    a baseline that refuses `n` micro-batches (dualpipev wants one per stage) is named in `skipped`."""
     out: dict[str, Schedule] = {}
     for m in baselines:
         if m in METHODS and why_not_method(m, p) is None:
-            out[m] = run_method(m, p, n)
+            try:
+                out[m] = run_method(m, p, n)
+            except BaselineError as e:
+                (skipped if skipped is not None else []).append(f"{p.name}: {m} left out: {e}")
     memory = max(out["1f1b"].peak_memory) if "1f1b" in out else None
     out["tessel"] = run_method("tessel", p, n, memory, time_limit=time_limit)
     for k, s in out.items():
         if s.errors():
             raise RuntimeError(f"{k} on {p.name}: invalid schedule: {s.errors()[0]}")
     return out
+
+
+def _fits(ranks: int) -> None:
+    """Refuse a rank count whose processes would not fit in the memory available now."""
+    need = ranks * RANK_BYTES
+    with open("/proc/meminfo") as f:
+        free = next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
+    if need > free:
+        raise RuntimeError(f"{ranks} ranks need about {need / 2**30:.1f} GiB, {free / 2**30:.1f} GiB available")
 
 
 def median_interval(xs: Sequence[float], resamples: int = 2000, seed: int = 0) -> tuple[float, float, float]:
@@ -217,18 +245,24 @@ def main(argv: list[str] | None = None) -> int:
     rows, ratio_rows, torch_rows, notes = [], [], [], []
     for ranks in (int(r) for r in args.ranks.split(",")):
         for name in args.placements.split(","):
-            scheds = schedules(name, ranks, args.micro_batches, args.time_limit)
+            scheds = schedules(name, ranks, args.micro_batches, args.time_limit, notes)
             docs = {k: s.to_dict() for k, s in scheds.items()}
             csv_dir = str(Path(args.output).parent)
             t0 = time.time()
             try:
+                # sleeping ranks use no CPU: more of them than the launcher's per-core limit fit (their
+                # memory is checked here instead, and each rank's peak reported)
+                _fits(ranks)
                 res = launch(worker, ranks, (docs, args.unit_ms, args.steps, args.features, csv_dir, args.no_torch),
-                             Options(timeout=1800, pg_timeout=300))
+                             Options(timeout=1800, pg_timeout=300, oversubscribe=True))
             except Exception as e:  # one failed case is a note, not a lost run
                 notes.append(f"{name}-{ranks}: FAILED: {str(e).splitlines()[0][:300]}")
                 print(notes[-1], flush=True)
                 continue
             times, errors = res[0]["times"], [e for r in res for errs in r["order"].values() for e in errs]
+            rss = [r["rss_mib"] for r in res]
+            notes.append(f"{name}-{ranks}: peak memory per rank {min(rss):.0f}-{max(rss):.0f} MiB, "
+                         f"{sum(rss) / 1024:.1f} GiB in all")
             if errors:
                 notes.append(f"{name}-{ranks}: executed order differs: {errors[:2]}")
             for k, s in scheds.items():
@@ -241,7 +275,9 @@ def main(argv: list[str] | None = None) -> int:
                 r, lo, hi = ratio_interval(times["tessel"], times["1f1b"])
                 ratio_rows.append((f"{name}-{ranks}", pr, r, lo, hi, (r - pr) * 100))
             tr = res[0]["torch"]
-            if tr:
+            if tr.get("refused"):
+                notes.append(f"{name}-{ranks}: no torch comparison: {tr['refused']}")
+            elif tr:
                 t = tr["times"]
                 for other in [k for k in t if k != "ours"]:
                     r, lo, hi = ratio_interval(t["ours"], t[other])
@@ -308,8 +344,10 @@ def _markdown(args: argparse.Namespace, rows: list[tuple[Any, ...]], ratio_rows:
                          f"{verdict(lo, hi)} |")
     if notes:
         lines += ["", "Notes:", ""] + [f"- {n}" for n in notes]
+    extra = (f" --placements {args.placements}" if args.placements != ",".join(PLACEMENTS) else "") + \
+        (" --no-torch" if args.no_torch else "") + (f" --time-limit {args.time_limit:g}" if args.time_limit != 20 else "")
     lines += ["", f"Reproduce: `.venv/bin/python bench/realized.py --ranks {args.ranks} --unit-ms {args.unit_ms:g} "
-                  f"--steps {args.steps} --micro-batches {args.micro_batches}`", ""]
+                  f"--steps {args.steps} --micro-batches {args.micro_batches}{extra}`", ""]
     return "\n".join(lines)
 
 

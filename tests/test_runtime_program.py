@@ -15,7 +15,7 @@ from tessel.baselines import BASELINES, why_not
 from tessel.placement import PlacementError, make_placement, placement_from_dict
 from tessel.runtime import dataflow, lower, lower_orders
 from tessel.runtime.pipelining import actions_csv, pipeline_actions
-from tessel.runtime.program import Instruction, Programs, format_programs
+from tessel.runtime.program import Instruction, Programs, format_programs, shape_pass
 from tessel.schedule import ScheduleError
 from tessel.timing import DeadlockError, earliest_starts, orders_of
 
@@ -171,7 +171,8 @@ def test_check_catches_tampered_programs() -> None:
     with pytest.raises(DeadlockError, match="whose receive is not posted before it"):
         _tampered(progs, 2, late).check()
     forged = list(prog)
-    forged[recvs[1]] = replace(prog[recvs[1]], transfer=replace(prog[recvs[1]].transfer, src=3))
+    j = [i for i in recvs if prog[i].transfer.src == 1][1]
+    forged[j] = replace(prog[j], transfer=replace(prog[j].transfer, src=3))
     with pytest.raises(ScheduleError):
         _tampered(progs, 2, forged).check()
 
@@ -244,3 +245,16 @@ def test_random_orders_cover_both_outcomes() -> None:
         except DeadlockError:
             outcomes.add(False)
     assert outcomes == {True, False}
+
+
+def test_the_shape_pass_keeps_micro_batch_0s_forwards_and_activations() -> None:
+    """What the executor's first step runs before the step (and the check replays): micro-batch 0's
+    forwards, the activations they send each other's descriptions of, in program order."""
+    progs = lower(_one_f_one_b("vshape"))
+    passes = shape_pass(progs)
+    for full, kept in zip(progs.ranks, passes.ranks):
+        assert list(kept) == [i for i in full if i in kept]  # a subsequence, in order
+        assert all(i.micro_batch == 0 and i.op in ("forward", "send", "recv") for i in kept)
+        assert not any(i.transfer is not None and i.transfer.grad for i in kept)
+    assert [sum(i.op == "forward" for i in prog) for prog in passes.ranks] == [1, 1, 1, 1]
+    assert [sum(i.op == "send" for i in prog) for prog in passes.ranks] == [1, 1, 1, 0]

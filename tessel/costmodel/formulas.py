@@ -46,6 +46,7 @@ class Shape:
     vocab: int = 0
     dtype_bytes: int = 2      # activations and messages in fp16/bf16
     flash: bool = True        # fused attention (FlashAttention): no s x s probabilities kept
+    dropout: bool = True      # dropout after attention and MLP (and on the probabilities): 1-byte masks
 
     @property
     def f(self) -> int:
@@ -108,34 +109,44 @@ def layer_params(x: Shape, cross: bool = False) -> float:
 
 def layer_activation_bytes(x: Shape, t: int = 1, cross_seq: int | None = None,
                            attn_span: int | None = None) -> float:
-    """Bytes one layer keeps for its backward, per device, fp16 (Korthikanti et al. eq. 2):
+    """Bytes one layer keeps for its backward, per device (Korthikanti et al. eq. 2, at fp16):
 
         s b h (10 + 24/t) + 5 a s^2 b / t
 
-    10sbh outside the tensor-parallel region (two layer-norm inputs 4, QKV input 2, MLP input 2,
-    two dropout masks 2); inside it, divided over t: Q, K, V and the projection input 8sbh, the
-    MLP's GELU input and second-GEMM input 4sbf (16sbh at f = 4h; gated: the GELU input, its
-    output, the linear branch and their product, 8sbf), and per head the softmax output 2s^2b, its dropout mask s^2b and the
-    dropped-out probabilities 2s^2b (5as^2b). Cross-attention adds a norm input, Q input and
-    mask 5sbh outside, and Q, projection input 4sbh, K and V 4 s_kv b h, 5 a s s_kv b inside.
-    A query that sees only `attn_span` keys (a window) keeps 5 a s span b instead of 5 a s^2 b.
-    With `x.flash` (FlashAttention, Dao et al. 2022) the probabilities are recomputed in the
-    backward and only the fp32 log-sum-exp of each query row is kept: 4 a s b instead of 5as^2b.
+    Counted in tensors of d = `x.dtype_bytes` bytes an element (2 in the paper) and 1-byte dropout
+    masks. Outside the tensor-parallel region 4sbh elements (two layer-norm inputs, the QKV input,
+    the MLP input) and two masks of sbh; inside it, divided over t: Q, K, V and the projection
+    input 4sbh elements, the MLP's GELU input and second-GEMM input 2sbf (gated: the GELU input,
+    its output, the linear branch and their product, 4sbf), and per head the softmax output and
+    the dropped-out probabilities 2 a s^2 b elements and their mask a s^2 b (without dropout the
+    softmax output alone, a s^2 b elements). Cross-attention adds a
+    norm input, a Q input and a mask outside (2sbh elements + sbh), and Q, projection input 2sbh,
+    K and V 2 s_kv b h, 2 a s s_kv b elements and a mask inside. A query that sees only
+    `attn_span` keys (a window) keeps a s span b instead of a s^2 b. With `x.flash` (FlashAttention,
+    Dao et al. 2022) the probabilities are recomputed in the backward and only the fp32
+    log-sum-exp of each query row is kept: 4 a s b bytes. Without `x.dropout` no masks are kept.
+    A torch layer measured as autograd saves it (tensor parallel over 1, 2 and 4 devices, bf16
+    and fp32, with and without dropout) keeps these bytes within 10% (tests/test_costmodel.py).
     """
-    b, s, h = x.micro_batch, x.seq, x.hidden
+    b, s, h, d = x.micro_batch, x.seq, x.hidden, x.dtype_bytes
+    mask = 1 if x.dropout else 0
     span = s if attn_span is None else attn_span
-    inner = 8 * s * b * h + (8 if x.gated else 4) * s * b * x.f + _score_bytes(x, span)
-    outer = 10 * s * b * h
+    inner = (4 * s * b * h + (4 if x.gated else 2) * s * b * x.f) * d + _score_bytes(x, span)
+    outer = 4 * s * b * h * d + 2 * mask * s * b * h
     if cross_seq is not None:
-        outer += 5 * s * b * h
-        inner += 4 * s * b * h + 4 * cross_seq * b * h + _score_bytes(x, cross_seq)
+        outer += 2 * s * b * h * d + mask * s * b * h
+        inner += (2 * s * b * h + 2 * cross_seq * b * h) * d + _score_bytes(x, cross_seq)
     return outer + inner / t
 
 
 def _score_bytes(x: Shape, kv_seq: int) -> float:
-    """Attention probabilities kept for the backward: 5 a s s_kv b, or 4 a s b with FlashAttention."""
+    """Attention probabilities kept for the backward: the softmax output, and with dropout its mask
+    (a s s_kv b bytes) and the dropped-out copy, each a s s_kv b elements; with FlashAttention the
+    fp32 log-sum-exp, 4 a s b."""
     a, s, b = x.heads, x.seq, x.micro_batch
-    return 4 * a * s * b if x.flash else 5 * a * s * kv_seq * b
+    if x.flash:
+        return 4 * a * s * b
+    return ((2 * x.dtype_bytes + 1) if x.dropout else x.dtype_bytes) * a * s * kv_seq * b
 
 
 def recompute_flops(x: Shape, kv_seq: int) -> float:

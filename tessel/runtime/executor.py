@@ -345,6 +345,7 @@ class Executor:
         sends = []
         for i, ins in enumerate(self.program):
             t = ins.transfer
+            # program.shape_pass keeps the same instructions: the lowering's check replays them
             if ins.micro_batch != 0 or (t is not None and t.grad) or ins.op in ("backward", "weight"):
                 continue
             if t is None:

@@ -6,18 +6,21 @@ the tensors it produced (see dataflow.py for which tensor goes where).
 
 Semantics the executor implements and the check simulates:
 - `recv` posts a receive and never blocks; the compute that reads the tensor waits for it;
-- `send` posts a send and never blocks (the sender keeps the tensor until it is delivered);
+- `send` may block until the peer has posted the matching receive: gloo's sends return at once,
+  but NCCL's may wait for their receive (a large message has nowhere else to go), so the check
+  assumes the worse of the two and a program passes on both;
 - a compute task waits for its inputs; a task on several devices is a collective, so it also
   waits until every device of its set has reached it.
 
 Receives from one peer are posted in the order that peer sends (moved earlier where needed), so a
-transport that matches messages by order (NCCL) pairs them the same way as one matching by tag.
+transport that matches messages by order (NCCL) pairs them the same way as one matching by tag;
+a receive whose send would wait for it in a cycle of ranks is posted earlier too (`lower_orders`).
 """
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..errors import UsageError
 from ..key import Key
@@ -110,7 +113,10 @@ def lower_orders(p: Placement, micro_batches: int, orders: Sequence[Sequence[Key
     """Programs for given per-device task orders (not checked: call `.check()`).
 
     A task's receives are posted `lookahead` compute tasks before it, so the transfer overlaps
-    the compute in between (a receive posted late costs a round trip on some transports).
+    the compute in between (a receive posted late costs a round trip on some transports), and
+    earlier where a send would otherwise wait for it in a cycle of ranks: NCCL's sends may block
+    until their receive is posted, and 1F1B's steady state, where two neighbours each send before
+    posting the receive of what the other sends, then hangs (torch batches such pairs instead).
     """
     if lookahead < 0:
         raise UsageError(f"lookahead must be >= 0, got {lookahead}")
@@ -121,8 +127,15 @@ def lower_orders(p: Placement, micro_batches: int, orders: Sequence[Sequence[Key
                             f"tags than {TAG_LIMIT}: run fewer micro-batches per step")
     sends = [_sends(flow, r, order) for r, order in enumerate(orders)]
     send_seq = {(t.src, t.dst, t.tag): i for r in range(p.devices) for i, t in enumerate(sends[r])}
-    ranks = tuple(_program(flow, r, orders[r], send_seq, lookahead) for r in range(p.devices))
-    return Programs(p, micro_batches, ranks, flow)
+
+    def build(pulled: dict[Transfer, int]) -> Programs:
+        ranks = tuple(_program(flow, r, orders[r], send_seq, lookahead, pulled) for r in range(p.devices))
+        return Programs(p, micro_batches, ranks, flow)
+
+    progs = build({})
+    pulled: dict[Transfer, int] = {}
+    _replay(progs, pulled)
+    return build(pulled) if pulled else progs
 
 
 def _transfers_out(flow: Dataflow, rank: int, block: str, mb: int) -> list[Transfer]:
@@ -144,12 +157,13 @@ def _sends(flow: Dataflow, rank: int, order: Sequence[Key]) -> list[Transfer]:
 
 
 def _program(flow: Dataflow, rank: int, order: Sequence[Key], send_seq: dict[tuple[int, int, int], int],
-             lookahead: int) -> tuple[Instruction, ...]:
-    """Each task's receives `lookahead` tasks before it, earlier where a peer sends in another order."""
+             lookahead: int, pulled: dict[Transfer, int]) -> tuple[Instruction, ...]:
+    """Each task's receives `lookahead` tasks before it, earlier where a peer sends in another order
+    or where `pulled` says (before that compute task)."""
     anchor: dict[Transfer, int] = {}
     for i, (b, m) in enumerate(order):
         for t in _transfers_in(flow, rank, b, m):
-            anchor[t] = max(0, i - lookahead)
+            anchor[t] = min(max(0, i - lookahead), pulled.get(t, i))
     def sent_at(t: Transfer) -> int:
         return send_seq[(t.src, t.dst, t.tag)]
 
@@ -188,6 +202,18 @@ def check_programs(progs: Programs) -> None:
     _check_matching(progs)
     _check_pair_order(progs)
     _simulate(progs, flow)
+    try:
+        _simulate(shape_pass(progs), flow)
+    except DeadlockError as e:
+        raise DeadlockError(f"the shape pass (micro-batch 0's forwards) deadlocks: {e}") from None
+
+
+def shape_pass(progs: Programs) -> Programs:
+    """What the executor's shape pass runs before a first step: micro-batch 0's forward tasks and
+    their activations' messages (a description of each), in program order."""
+    ranks = tuple(tuple(i for i in prog if i.micro_batch == 0 and i.op not in ("backward", "weight")
+                        and not (i.transfer is not None and i.transfer.grad)) for prog in progs.ranks)
+    return replace(progs, ranks=ranks)
 
 
 def _check_matching(progs: Programs) -> None:
@@ -233,80 +259,149 @@ def _check_pair_order(progs: Programs) -> None:
                                     f"them wrongly): message {k + 1} sent is {a}, message {k + 1} received is {b}")
 
 
-def _simulate(progs: Programs, flow: Dataflow) -> None:
+@dataclass
+class _State:
+    """Where a replay of the programs stands: each rank's next instruction, how many compute tasks
+    it ran and which, the receives each has posted ((src, tag)), the messages delivered ((src, dst, tag))."""
+    pc: list[int]
+    ran: list[int]  # compute tasks run
+    done: list[set[Key]]
+    posted: list[set[tuple[int, int]]]
+    delivered: set[tuple[int, int, int]] = field(default_factory=set)
+
+
+def _replay(progs: Programs, pulls: dict[Transfer, int] | None = None) -> _State:
+    """Advance every rank as far as it can go (the result does not depend on the order: every
+    condition a rank waits for only ever becomes true).
+
+    With `pulls`, whenever no rank can go on, each send waiting for a receive not posted yet has
+    it posted at once, recorded as the compute-task index its receiver has reached (`_program`
+    posts it before that task): a receive posted earlier only lets more run, so the programs
+    rebuilt with these pulls get at least as far, and no rank waits on a send in a cycle."""
     n = len(progs.ranks)
-    pc = [0] * n
-    done: list[set[Key]] = [set() for _ in range(n)]
-    posted: list[set[tuple[int, int]]] = [set() for _ in range(n)]  # (src, tag) posted as receives
-    delivered: set[tuple[int, int, int]] = set()
+    st = _State([0] * n, [0] * n, [set() for _ in range(n)], [set() for _ in range(n)])
     progress = True
     while progress:
         progress = False
         for r in range(n):
-            while pc[r] < len(progs.ranks[r]):
-                ins = progs.ranks[r][pc[r]]
-                if ins.is_compute and _blocked(progs, flow, r, ins, pc, done, posted, delivered):
+            while st.pc[r] < len(progs.ranks[r]):
+                ins = progs.ranks[r][st.pc[r]]
+                if _waits_for(progs, st, r, ins)[0]:
                     break
-                _run(progs, r, ins, pc, done, posted, delivered)
+                _run(progs, r, ins, st)
                 progress = True
-    if any(pc[r] < len(progs.ranks[r]) for r in range(n)):
-        raise DeadlockError("programs deadlock: " + "; ".join(
-            f"rank {r} waits at instruction {pc[r]} {progs.ranks[r][pc[r]]} for "
-            f"{_blocked(progs, flow, r, progs.ranks[r][pc[r]], pc, done, posted, delivered) or '?'}"
-            for r in range(n) if pc[r] < len(progs.ranks[r])))
+        if not progress and pulls is not None:
+            blocked = [prog[st.pc[r]] for r, prog in enumerate(progs.ranks) if st.pc[r] < len(prog)]
+            for ins in [i for i in blocked if i.op == "send" and _send_blocked(st, i)]:
+                _pull(progs, st, ins, pulls)
+                progress = True
+    return st
 
 
-def _run(progs: Programs, r: int, ins: Instruction, pc: list[int], done: list[set[Key]],
-         posted: list[set[tuple[int, int]]], delivered: set[tuple[int, int, int]]) -> None:
+def _pull(progs: Programs, st: _State, send: Instruction, pulls: dict[Transfer, int]) -> None:
+    """Post the receive `send` waits for where its receiver stands: before the compute task it is
+    at, or, past a task (at its sends), before that task."""
+    t = send.transfer
+    assert t is not None
+    d = t.dst
+    at_compute = st.pc[d] < len(progs.ranks[d]) and progs.ranks[d][st.pc[d]].is_compute
+    pulls[t] = st.ran[d] if at_compute else max(st.ran[d] - 1, 0)
+    st.posted[d].add((t.src, t.tag))
+
+
+def _simulate(progs: Programs, flow: Dataflow) -> None:
+    st = _replay(progs)
+    stuck = [r for r in range(len(progs.ranks)) if st.pc[r] < len(progs.ranks[r])]
+    if not stuck:
+        return
+    waits = {r: _waits_for(progs, st, r, progs.ranks[r][st.pc[r]]) for r in stuck}
+    cycle = _cycle({r: w[1] for r, w in waits.items()})
+    shown = cycle or stuck
+    head = ("programs deadlock: " if not cycle else
+            "programs deadlock in a wait cycle " + " -> ".join(f"rank {r}" for r in cycle + cycle[:1]) + ": ")
+    more = len(stuck) - len(shown)
+    raise DeadlockError(head + "; ".join(
+        f"rank {r} waits at instruction {st.pc[r]} {progs.ranks[r][st.pc[r]]} for {waits[r][0]}" for r in shown)
+        + (f" ({more} more rank{'s' if more > 1 else ''} wait behind them)" if more else ""))
+
+
+def _cycle(on: dict[int, int | None]) -> list[int]:
+    """A cycle in the wait-for relation (rank -> the rank it waits on), or []."""
+    for start in sorted(on):
+        path: list[int] = []
+        r: int | None = start
+        while r is not None and r in on and r not in path:
+            path.append(r)
+            r = on[r]
+        if r is not None and r in path:
+            return path[path.index(r):]
+    return []
+
+
+def _run(progs: Programs, r: int, ins: Instruction, st: _State) -> None:
     """Advance rank r (and, for a collective task, every device of its set) past `ins`."""
     if ins.is_compute:
         for d in progs.flow.devices(ins.block):
-            done[d].add((ins.block, ins.micro_batch))
-            pc[d] += 1
+            st.done[d].add((ins.block, ins.micro_batch))
+            st.pc[d] += 1
+            st.ran[d] += 1
         return
     t = ins.transfer
     assert t is not None
     if ins.op == "send":
-        delivered.add((t.src, t.dst, t.tag))
+        st.delivered.add((t.src, t.dst, t.tag))
     else:
-        posted[r].add((t.src, t.tag))
-    pc[r] += 1
+        st.posted[r].add((t.src, t.tag))
+    st.pc[r] += 1
 
 
-def _blocked(progs: Programs, flow: Dataflow, r: int, ins: Instruction, pc: list[int],
-             done: list[set[Key]], posted: list[set[tuple[int, int]]],
-             delivered: set[tuple[int, int, int]]) -> str:
-    """What compute instruction `ins` on rank r still waits for; '' when it can run."""
+def _send_blocked(st: _State, ins: Instruction) -> bool:
+    t = ins.transfer
+    assert t is not None
+    return (t.src, t.tag) not in st.posted[t.dst]
+
+
+def _waits_for(progs: Programs, st: _State, r: int, ins: Instruction) -> tuple[str, int | None]:
+    """What instruction `ins` on rank r still waits for ('' when it can run), and on which rank
+    (None when on none: its own program is wrong)."""
+    if ins.op == "recv":
+        return "", None
+    if ins.op == "send":
+        t = ins.transfer
+        assert t is not None
+        if _send_blocked(st, ins):
+            return f"rank {t.dst} to post its receive (a send may wait for it, as NCCL's does)", t.dst
+        return "", None
+    flow = progs.flow
     devs = flow.devices(ins.block)
-    absent = [d for d in devs if pc[d] >= len(progs.ranks[d]) or progs.ranks[d][pc[d]] != ins]
+    absent = [d for d in devs if st.pc[d] >= len(progs.ranks[d]) or progs.ranks[d][st.pc[d]] != ins]
     for d in [r] + [d for d in devs if d != r and d not in absent]:
-        why = _missing_input(flow, d, ins, done, posted, delivered)
+        why, on = _missing_input(flow, d, ins, st)
         if why:
-            return why if d == r else f"rank {d}, which waits for {why}"
+            return (why, on) if d == r else (f"rank {d}, which waits for {why}", on if on is not None else d)
     if absent:
-        return "rank " + ", ".join(map(str, absent)) + " to join the collective task"
-    return ""
+        return "rank " + ", ".join(map(str, absent)) + " to join the collective task", absent[0]
+    return "", None
 
 
-def _missing_input(flow: Dataflow, r: int, ins: Instruction, done: list[set[Key]],
-                   posted: list[set[tuple[int, int]]], delivered: set[tuple[int, int, int]]) -> str:
+def _missing_input(flow: Dataflow, r: int, ins: Instruction, st: _State) -> tuple[str, int | None]:
     m = ins.micro_batch
     local = flow.local_predecessor(ins.block)
-    if local is not None and (local, m) not in done[r]:
-        return f"{local}#{m} on its own rank"
+    if local is not None and (local, m) not in st.done[r]:
+        return f"{local}#{m} on its own rank", None
     for x in flow.inputs(ins.block):
         src = flow.source(x, r)
         if src is None:
-            if (x.producer, m) not in done[r]:
-                return f"{x.producer}#{m} on its own rank"
+            if (x.producer, m) not in st.done[r]:
+                return f"{x.producer}#{m} on its own rank", None
             continue
         tag = tag_of(flow, x.edge, x.grad, m)
         t = Transfer(x.edge, x.grad, m, src, r, tag)
-        if (src, tag) not in posted[r]:
-            return f"{t} from rank {src}, whose receive is not posted before it"
-        if (src, r, tag) not in delivered:
-            return f"{t} from rank {src}"
-    return ""
+        if (src, tag) not in st.posted[r]:
+            return f"{t} from rank {src}, whose receive is not posted before it", None
+        if (src, r, tag) not in st.delivered:
+            return f"{t} from rank {src}", src
+    return "", None
 
 
 # ---- printing ------------------------------------------------------------------------------------
