@@ -1,0 +1,174 @@
+"""A lower bound from a small exact relaxation: one device at a time, solved by CP-SAT.
+
+The relaxation of device d keeps every task on d and, of the rest of the problem, only what
+bounds.device_lower_bound already proves about it; it drops the other devices' capacity:
+- each task (b, k) of a block b on d starts at or after the least start of the k-th task of b
+  in time order (bounds.staggered_releases) and leaves at least the tail of the (N-1-k)-th
+  last (bounds.staggered_tails) before the makespan. Micro-batches are interchangeable, so on
+  the blocks where taking them in order loses no schedule (exact.fifo_blocks: a tree part of the
+  graph) the k-th task in time order is micro-batch k's; on the others every task gets the
+  block's least release and least tail;
+- two tasks of one micro-batch on d keep the longest path between them, latencies included,
+  as a least delay from start to start (rule 2 along the path);
+- d runs one task at a time (rule 3), and its memory events are all kept (rule 4: allocations
+  at starts, releases at ends, one reservoir; events at one time count together, which only
+  lets more through).
+An optimal schedule, its micro-batches relabelled as above, restricted to d, is a schedule of
+the relaxation of the same makespan, so the relaxation's optimum, and any bound CP-SAT proves
+on it, is a lower bound. Times go onto a grid rounded *down* (starts, durations, delays,
+releases and tails: floor(x + y) >= floor(x) + floor(y) keeps every constraint of the image of a
+real schedule), so the grid bound stays below the real optimum.
+
+Unlike the preemptive one-machine bound of bounds.device_lower_bound, it sees that a task
+waits for its own micro-batch's earlier task and that memory caps the micro-batches in flight
+at once: on a V (zbv) the device at the tip can start only so many micro-batches before the
+first one's round trip returns, so it idles at the start, and again at the end, where the last
+ones' round trips leave nothing to run. On zbv with 16 devices, 24 micro-batches, unit costs,
+latency 0.5 and 1F1B's memory it proves 116.5 where the arguments prove 101.5; the best known
+schedule (the zero-bubble repository's) is 116.5.
+
+CP-SAT's work on it is capped in deterministic seconds (one worker: the same bound every run);
+a device with more than RELAX_TASKS tasks is left out (the reservoir grows with the square of
+its events).
+"""
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping
+
+from ortools.sat.python import cp_model
+
+from .. import bounds
+from ..numeric import EPS
+from ..placement import Number, Placement
+from .exact import fifo_blocks
+from .problem import Problem
+
+log = logging.getLogger(__name__)
+
+RELAX_TASKS = 300  # most tasks of one device the relaxation models
+RELAX_WORK = 0.5  # deterministic seconds of CP-SAT's work per device
+GRID_EPS = 1e-9  # a value within this many grid steps of a grid point counts as on it (float dust)
+
+
+def relaxed_bound(problem: Problem, micro_batches: int, upper: Number, floor: Number = 0,
+                  work: float = RELAX_WORK, devices: int | None = None) -> Number:
+    """The best lower bound of the makespan that the one-device relaxations prove (module doc),
+    at least `floor`; `upper` is the makespan of a valid schedule (the relaxation's horizon: the
+    proof stops there). At most `devices` devices are tried, those whose preemptive bound is
+    highest first (then those that start latest); each gets `work` deterministic seconds."""
+    p, n = problem.placement, micro_batches
+    if n * sum(len(b.devices) for b in p.blocks) > bounds.STAGGER_TASKS or \
+            all(n * len(p.blocks_on(d)) > RELAX_TASKS for d in range(p.devices)):
+        return floor
+    memory = problem.real_holds()
+    rows = bounds.staggered_releases(p, n, memory), bounds.staggered_tails(p, n, memory)
+    fifo = set(fifo_blocks(problem))
+    res = float(problem.resolution)
+    best = floor
+    for d in _order(p, n, rows, memory)[:devices]:
+        if best >= upper - EPS:
+            break
+        units = _solve(problem, n, d, rows, fifo, _down(upper, res), _down(best, res), work)
+        best = max(best, problem.real(units))
+    return best
+
+
+def _order(p: Placement, n: int, rows: tuple[bounds.Rows, bounds.Rows], memory: bounds.Memory) -> list[int]:
+    """The devices small enough to model, highest preemptive bound first, then latest first
+    release: only the order in which the budget is spent (every device's relaxation is a bound)."""
+    pre = bounds.device_bounds(p, n, memory, rows)
+    small = [d for d in pre if n * len(p.blocks_on(d)) <= RELAX_TASKS]
+    return sorted(small, key=lambda d: (-pre[d], -min(float(rows[0][b.id][0]) for b in p.blocks_on(d)), d))
+
+
+def _down(x: Number, res: float) -> int:
+    return math.floor(float(x) / res + GRID_EPS)
+
+
+def _solve(problem: Problem, n: int, d: int, rq: tuple[bounds.Rows, bounds.Rows], fifo: set[str],
+           horizon: int, floor: int, work: float) -> int:
+    """The bound CP-SAT proves on device d's relaxation, in grid units (at least `floor`)."""
+    p, res = problem.placement, float(problem.resolution)
+    r, q = rq
+    if floor >= horizon:
+        return floor
+    m = cp_model.CpModel()
+    makespan = m.new_int_var(floor, horizon, "makespan")
+    start: dict[tuple[str, int], cp_model.IntVar] = {}
+    busy = []
+    for b in p.blocks_on(d):
+        dur = _down(b.duration, res)
+        for k in range(n):
+            own = k if b.id in fifo else 0  # the k-th in time order is micro-batch k's
+            lo, tail = _down(r[b.id][own], res), _down(q[b.id][n - 1 - own if b.id in fifo else 0], res)
+            if lo > horizon - dur - tail:  # no room below the horizon: a valid schedule says otherwise
+                log.warning("relaxation of device %d: %s/%d cannot fit below %s", d, b.id, k, horizon)
+                return floor
+            s = start[(b.id, k)] = m.new_int_var(lo, horizon - dur - tail, f"{b.id}_{k}")
+            busy.append(m.new_fixed_size_interval_var(s, dur, f"on_{b.id}_{k}"))
+            m.add(makespan >= s + dur + tail)
+            if k and b.id in fifo:
+                m.add(s >= start[(b.id, k - 1)] + dur)
+    m.add_no_overlap(busy)
+    for (x, y), gap in _delays(p, d).items():
+        for k in range(n):
+            m.add(start[(y, k)] >= start[(x, k)] + _down(gap, res))
+    _reservoir(m, problem, d, n, start)
+    m.minimize(makespan)
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 1
+    solver.parameters.random_seed = 1
+    solver.parameters.max_deterministic_time = work
+    # the presolve expands the reservoir into an ordering per pair of events, and spends the
+    # whole budget doing it; the search proves these bounds without it
+    solver.parameters.cp_model_presolve = False
+    solver.parameters.catch_sigint_signal = False
+    code = solver.solve(m)
+    if code == cp_model.INFEASIBLE:  # nothing fits below the horizon: not from a valid `upper`
+        log.warning("relaxation of device %d: nothing fits below %s", d, horizon)
+        return floor
+    got = max(floor, math.floor(solver.best_objective_bound + GRID_EPS))
+    log.info("relaxation of device %d: %s, bound %s (grid units) after %.2f deterministic s",
+             d, solver.status_name(code), got, solver.deterministic_time)
+    return got
+
+
+def _reservoir(m: cp_model.CpModel, problem: Problem, d: int, n: int,
+               start: Mapping[tuple[str, int], cp_model.IntVar]) -> None:
+    """Rule 4 on device d, every event of every micro-batch (memory units of the problem). Each
+    allocation goes next to its micro-batch's release where the memory pairs up (memory_pairs):
+    the same constraint, but CP-SAT proved the V's bounds with these in a fraction of the work."""
+    if problem.limit is None:
+        return
+    res = float(problem.resolution)
+
+    def end(b: str, k: int) -> cp_model.LinearExprT:
+        return start[(b, k)] + _down(problem.placement.by_id[b].duration, res)
+    pairs = problem.memory_pairs(d)
+    events: list[tuple[cp_model.LinearExprT, int]] = []
+    if pairs is not None:
+        events = [e for a, r, x in pairs for k in range(n) for e in ((start[(a, k)], x), (end(r, k), -x))]
+    else:  # allocations at starts, releases at ends
+        events = [(start[(b.id, k)] if x > 0 else end(b.id, k), x) for b in problem.placement.blocks_on(d)
+                  if (x := problem.memory[b.id]) for k in range(n)]
+    if events:
+        low = -sum(abs(x) for _, x in events) - 1
+        m.add_reservoir_constraint([t for t, _ in events], [x for _, x in events], low, problem.cap(d))
+
+
+def _delays(p: Placement, d: int) -> dict[tuple[str, str], Number]:
+    """Least time from the start of a to the start of b, both on device d, one micro-batch:
+    the longest path, durations and latencies along it."""
+    on = [b.id for b in p.blocks_on(d)]
+    out: dict[tuple[str, str], Number] = {}
+    for a in on:
+        dist: dict[str, Number] = {a: 0}
+        for x in p.topo_order:
+            if x in dist:
+                for y in p.succs[x]:
+                    dist[y] = max(dist.get(y, 0), dist[x] + p.by_id[x].duration + p.edge_latency(x, y))
+        out.update({(a, b): dist[b] for b in on if b != a and b in dist})
+    return out
+
