@@ -48,16 +48,19 @@ from .problem import Problem
 log = logging.getLogger(__name__)
 
 RELAX_TASKS = 300  # most tasks of one device the relaxation models
-RELAX_WORK = 0.5  # deterministic seconds of CP-SAT's work per device
+RELAX_WORK = 0.5  # deterministic seconds of CP-SAT's work per solve
+RELAX_PROBES = 4  # solves per device, each below a lower horizon
 GRID_EPS = 1e-9  # a value within this many grid steps of a grid point counts as on it (float dust)
 
 
 def relaxed_bound(problem: Problem, micro_batches: int, upper: Number, floor: Number = 0,
                   work: float = RELAX_WORK, devices: int | None = None) -> Number:
     """The best lower bound of the makespan that the one-device relaxations prove (module doc),
-    at least `floor`; `upper` is the makespan of a valid schedule (the relaxation's horizon: the
-    proof stops there). At most `devices` devices are tried, those whose preemptive bound is
-    highest first (then those that start latest); each gets `work` deterministic seconds."""
+    at least `floor` (a proven bound); `upper` is the makespan of a valid schedule: the proof
+    stops there and its horizons start below it (the bound holds whatever `upper` says: it only
+    rises by proofs). At most `devices` devices are tried, those whose preemptive bound is highest
+    first (then those that start latest); each gets RELAX_PROBES solves of `work` deterministic
+    seconds at most (_probes)."""
     p, n = problem.placement, micro_batches
     if n * sum(len(b.devices) for b in p.blocks) > bounds.STAGGER_TASKS or \
             all(n * len(p.blocks_on(d)) > RELAX_TASKS for d in range(p.devices)):
@@ -70,7 +73,7 @@ def relaxed_bound(problem: Problem, micro_batches: int, upper: Number, floor: Nu
     for d in _order(p, n, rows, memory)[:devices]:
         if best >= upper - EPS:
             break
-        units = _solve(problem, n, d, rows, fifo, _down(upper, res), _down(best, res), work)
+        units = _probes(problem, n, d, rows, fifo, _down(best, res), _down(upper, res), work)
         best = max(best, problem.real(units))
     return best
 
@@ -87,13 +90,36 @@ def _down(x: Number, res: float) -> int:
     return math.floor(float(x) / res + GRID_EPS)
 
 
+def _probes(problem: Problem, n: int, d: int, rq: tuple[bounds.Rows, bounds.Rows], fifo: set[str],
+            lo: int, hi: int, work: float) -> int:
+    """The bound device d's relaxation proves, in grid units, between `lo` (proven) and `hi`
+    (a relaxed schedule of that makespan exists: the image of a valid one). Each probe solves
+    the relaxation below a horizon h: with nothing below h, h + 1 is proven; otherwise the
+    solve's own bound holds and its schedule lowers hi. A probe goes just below hi after a
+    schedule is found (one infeasibility proves it optimal), else halfway."""
+    just_below = True  # a schedule was just found: is it the relaxation's optimum?
+    for _ in range(RELAX_PROBES):
+        if lo >= hi:
+            break
+        h = hi - 1 if just_below else (lo + hi) // 2
+        status, bound, found = _solve(problem, n, d, rq, fifo, h, lo, work)
+        log.info("relaxation of device %d below %d: %s, bound %d", d, h, status, bound)
+        lo = max(lo, bound)  # h + 1 where nothing fits below h
+        if found is not None:
+            hi, just_below = found, True
+        elif status == "INFEASIBLE" or just_below:
+            just_below = False
+        else:  # neither a schedule nor a proof halfway: give up on this device
+            break
+    return lo
+
+
 def _solve(problem: Problem, n: int, d: int, rq: tuple[bounds.Rows, bounds.Rows], fifo: set[str],
-           horizon: int, floor: int, work: float) -> int:
-    """The bound CP-SAT proves on device d's relaxation, in grid units (at least `floor`)."""
+           horizon: int, floor: int, work: float) -> tuple[str, int, int | None]:
+    """Device d's relaxation with every task ending by `horizon` (grid units), its makespan
+    at least `floor`: CP-SAT's status, its proven bound and the makespan it found (or None)."""
     p, res = problem.placement, float(problem.resolution)
     r, q = rq
-    if floor >= horizon:
-        return floor
     m = cp_model.CpModel()
     makespan = m.new_int_var(floor, horizon, "makespan")
     start: dict[tuple[str, int], cp_model.IntVar] = {}
@@ -103,9 +129,8 @@ def _solve(problem: Problem, n: int, d: int, rq: tuple[bounds.Rows, bounds.Rows]
         for k in range(n):
             own = k if b.id in fifo else 0  # the k-th in time order is micro-batch k's
             lo, tail = _down(r[b.id][own], res), _down(q[b.id][n - 1 - own if b.id in fifo else 0], res)
-            if lo > horizon - dur - tail:  # no room below the horizon: a valid schedule says otherwise
-                log.warning("relaxation of device %d: %s/%d cannot fit below %s", d, b.id, k, horizon)
-                return floor
+            if lo > horizon - dur - tail:  # this task alone cannot end by the horizon
+                return "INFEASIBLE", horizon + 1, None
             s = start[(b.id, k)] = m.new_int_var(lo, horizon - dur - tail, f"{b.id}_{k}")
             busy.append(m.new_fixed_size_interval_var(s, dur, f"on_{b.id}_{k}"))
             m.add(makespan >= s + dur + tail)
@@ -126,13 +151,11 @@ def _solve(problem: Problem, n: int, d: int, rq: tuple[bounds.Rows, bounds.Rows]
     solver.parameters.cp_model_presolve = False
     solver.parameters.catch_sigint_signal = False
     code = solver.solve(m)
-    if code == cp_model.INFEASIBLE:  # nothing fits below the horizon: not from a valid `upper`
-        log.warning("relaxation of device %d: nothing fits below %s", d, horizon)
-        return floor
-    got = max(floor, math.floor(solver.best_objective_bound + GRID_EPS))
-    log.info("relaxation of device %d: %s, bound %s (grid units) after %.2f deterministic s",
-             d, solver.status_name(code), got, solver.deterministic_time)
-    return got
+    status = solver.status_name(code)
+    if code == cp_model.INFEASIBLE:
+        return status, horizon + 1, None
+    found = round(solver.objective_value) if code in (cp_model.OPTIMAL, cp_model.FEASIBLE) else None
+    return status, max(floor, math.floor(solver.best_objective_bound + GRID_EPS)), found
 
 
 def _reservoir(m: cp_model.CpModel, problem: Problem, d: int, n: int,
