@@ -11,7 +11,7 @@ from test_bounds import _tiny
 
 from tessel import bounds, library
 from tessel.placement import Number, Placement
-from tessel.search import search
+from tessel.search import Budget, search
 from tessel.search.budget import Clock
 from tessel.search.exact import solve_exact
 from tessel.search.fast import sequential
@@ -100,3 +100,17 @@ def test_a_16_device_v_under_1f1b_memory_is_proven_at_the_best_known_schedule(tm
     device = bounds.device_lower_bound(v, 24, problem.real_holds())
     relaxed = relaxed_bound(problem, 24, upper=s.makespan, floor=device, devices=1)
     assert device == 101.5 and relaxed == 116.5 <= s.makespan
+
+
+def test_a_search_asked_to_prove_reports_the_relaxation(tmp_path: Path) -> None:
+    # the V of the test above: the arguments prove 29; with --prove the relaxation proves the
+    # schedule the search finds optimal, and says so
+    v = library.zbv(2, forward=1, backward=1, weight=1, latency=2)
+    s = search(v, 4, 4, time_limit=20, budget=Budget(prove=True))
+    assert s.errors() == []
+    s.save(tmp_path / "s.json")
+    checker_verdict(tmp_path / "s.json")
+    assert s.meta["bound_source"] == "relaxation" and s.meta["lower_bound"] == 35 == s.makespan
+    assert s.meta["status"] == "optimal" and "relaxation" in s.meta["seconds"]
+    plain = search(v, 4, 4, time_limit=20)  # by default the relaxation's work is not spent
+    assert plain.errors() == [] and plain.meta["bound_source"] != "relaxation"
