@@ -40,7 +40,7 @@ from tessel import bounds  # noqa: E402
 from tessel.io import atomic_write  # noqa: E402
 from tessel.placement import Number, Placement  # noqa: E402
 from tessel.search.problem import make_problem  # noqa: E402
-from tessel.search.relax import RELAX_PROBES, RELAX_WORK, relaxed_bound  # noqa: E402
+from tessel.search.relax import RELAX_PROBES, RELAX_TASKS, RELAX_WORK, relaxed_bound  # noqa: E402
 
 RELAX_DEVICES = 2  # devices per row the relaxation tries (highest preemptive bound first)
 RELAX_ABOVE = 1.01  # ... on rows whose best makespan is more than this many times the bound before
@@ -90,7 +90,8 @@ def proven(p: Placement, n: int, limit: Number, best: Number, devices: int,
     old = max([bounds.lower_bound(p, n), bounds.shard_lower_bound(p, n),
                *(bounds.memory_lower_bound(p, n, d, h, lim) for d, (lim, h) in holds.items())])
     device = bounds.device_lower_bound(p, n, holds)
-    if devices == 0 or best <= above * max(old, device) + 1e-9:
+    small = any(n * len(p.blocks_on(d)) <= RELAX_TASKS for d in range(p.devices))
+    if devices == 0 or not small or best <= above * max(old, device) + 1e-9:
         return old, device, None
     return old, device, relaxed_bound(problem, n, best, max(old, device), RELAX_WORK, devices)
 

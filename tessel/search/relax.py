@@ -36,11 +36,12 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping
+from fractions import Fraction
 
 from ortools.sat.python import cp_model
 
 from .. import bounds
-from ..numeric import EPS
+from ..numeric import EPS, snap
 from ..placement import Number, Placement
 from .exact import fifo_blocks
 from .problem import Problem
@@ -50,6 +51,7 @@ log = logging.getLogger(__name__)
 RELAX_TASKS = 300  # most tasks of one device the relaxation models
 RELAX_WORK = 0.5  # deterministic seconds of CP-SAT's work per solve
 RELAX_PROBES = 4  # solves per device, each below a lower horizon
+RELAX_UNITS = 20_000  # most time steps below the horizon
 GRID_EPS = 1e-9  # a value within this many grid steps of a grid point counts as on it (float dust)
 
 
@@ -68,14 +70,25 @@ def relaxed_bound(problem: Problem, micro_batches: int, upper: Number, floor: Nu
     memory = problem.real_holds()
     rows = bounds.staggered_releases(p, n, memory), bounds.staggered_tails(p, n, memory)
     fifo = set(fifo_blocks(problem))
-    res = float(problem.resolution)
+    res = grid(p, upper)
     best = floor
     for d in _order(p, n, rows, memory)[:devices]:
         if best >= upper - EPS:
             break
-        units = _probes(problem, n, d, rows, fifo, _down(best, res), _down(upper, res), work)
-        best = max(best, problem.real(units))
+        units = _probes(problem, res, n, d, rows, fifo, _down(best, res), _down(upper, res), work)
+        best = max(best, snap(units * res))
     return best
+
+
+def grid(p: Placement, upper: Number) -> float:
+    """The relaxation's time step: the largest that divides every duration and the latency
+    (as fractions of denominator up to 10**6: 0.004 for 0.5, 0.488, 0.252 and 0.032), unless
+    the horizon would take more than RELAX_UNITS of it; then the horizon / RELAX_UNITS, the
+    durations rounded down to it (still a relaxation, a little weaker). Few units keep the
+    solves short: the search's binary grid of the same durations (2**-11) stalled them."""
+    values = [Fraction(v).limit_denominator(10**6) for v in [b.duration for b in p.blocks] + [p.latency] if v]
+    step = Fraction(math.gcd(*(v.numerator for v in values)), math.lcm(*(v.denominator for v in values)))
+    return max(float(step), float(upper) / RELAX_UNITS)
 
 
 def _order(p: Placement, n: int, rows: tuple[bounds.Rows, bounds.Rows], memory: bounds.Memory) -> list[int]:
@@ -90,7 +103,7 @@ def _down(x: Number, res: float) -> int:
     return math.floor(float(x) / res + GRID_EPS)
 
 
-def _probes(problem: Problem, n: int, d: int, rq: tuple[bounds.Rows, bounds.Rows], fifo: set[str],
+def _probes(problem: Problem, res: float, n: int, d: int, rq: tuple[bounds.Rows, bounds.Rows], fifo: set[str],
             lo: int, hi: int, work: float) -> int:
     """The bound device d's relaxation proves, in grid units, between `lo` (proven) and `hi`
     (a relaxed schedule of that makespan exists: the image of a valid one). Each probe solves
@@ -102,7 +115,7 @@ def _probes(problem: Problem, n: int, d: int, rq: tuple[bounds.Rows, bounds.Rows
         if lo >= hi:
             break
         h = hi - 1 if just_below else (lo + hi) // 2
-        status, bound, found = _solve(problem, n, d, rq, fifo, h, lo, work)
+        status, bound, found = _solve(problem, res, n, d, rq, fifo, h, lo, work)
         log.info("relaxation of device %d below %d: %s, bound %d", d, h, status, bound)
         lo = max(lo, bound)  # h + 1 where nothing fits below h
         if found is not None:
@@ -114,11 +127,11 @@ def _probes(problem: Problem, n: int, d: int, rq: tuple[bounds.Rows, bounds.Rows
     return lo
 
 
-def _solve(problem: Problem, n: int, d: int, rq: tuple[bounds.Rows, bounds.Rows], fifo: set[str],
+def _solve(problem: Problem, res: float, n: int, d: int, rq: tuple[bounds.Rows, bounds.Rows], fifo: set[str],
            horizon: int, floor: int, work: float) -> tuple[str, int, int | None]:
     """Device d's relaxation with every task ending by `horizon` (grid units), its makespan
     at least `floor`: CP-SAT's status, its proven bound and the makespan it found (or None)."""
-    p, res = problem.placement, float(problem.resolution)
+    p = problem.placement
     r, q = rq
     m = cp_model.CpModel()
     makespan = m.new_int_var(floor, horizon, "makespan")
@@ -140,7 +153,7 @@ def _solve(problem: Problem, n: int, d: int, rq: tuple[bounds.Rows, bounds.Rows]
     for (x, y), gap in _delays(p, d).items():
         for k in range(n):
             m.add(start[(y, k)] >= start[(x, k)] + _down(gap, res))
-    _reservoir(m, problem, d, n, start)
+    _reservoir(m, problem, res, d, n, start)
     m.minimize(makespan)
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1
@@ -158,14 +171,13 @@ def _solve(problem: Problem, n: int, d: int, rq: tuple[bounds.Rows, bounds.Rows]
     return status, max(floor, math.floor(solver.best_objective_bound + GRID_EPS)), found
 
 
-def _reservoir(m: cp_model.CpModel, problem: Problem, d: int, n: int,
+def _reservoir(m: cp_model.CpModel, problem: Problem, res: float, d: int, n: int,
                start: Mapping[tuple[str, int], cp_model.IntVar]) -> None:
     """Rule 4 on device d, every event of every micro-batch (memory units of the problem). Each
     allocation goes next to its micro-batch's release where the memory pairs up (memory_pairs):
     the same constraint, but CP-SAT proved the V's bounds with these in a fraction of the work."""
     if problem.limit is None:
         return
-    res = float(problem.resolution)
 
     def end(b: str, k: int) -> cp_model.LinearExprT:
         return start[(b, k)] + _down(problem.placement.by_id[b].duration, res)
