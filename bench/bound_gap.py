@@ -63,8 +63,13 @@ class Case:
 
 
 def read_rows(path: Path) -> list[dict[str, str]]:
-    """The rows of the markdown table in a peers result file, by column name."""
-    lines = [ln for ln in path.read_text().splitlines() if ln.startswith("| ")]
+    """The rows of the first markdown table in a peers result file, by column name."""
+    lines: list[str] = []
+    for ln in path.read_text().splitlines():
+        if ln.startswith("| "):
+            lines.append(ln)
+        elif lines and not ln.startswith("|"):  # the first table ended (peers-v.md has a second)
+            break
     if not lines:
         return []
     head = [c.strip() for c in lines[0].strip("|").split("|")]
