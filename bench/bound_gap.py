@@ -13,7 +13,8 @@ RELAX_TASKS tasks);
 repository's scheduler, every baseline and peer column) are read from the table as recorded;
 their ratios to `bound` are the proven gaps. peers-v.md records only the largest per-device limit
 of a row: its bounds are worked out with that limit on every device (more memory: still a lower
-bound, maybe a weaker one). Only rows with latency unless --all.
+bound, maybe a weaker one), except on the rows of 1F1B's memory, whose per-device limits are
+worked out again. Only rows with latency unless --all.
 
     .venv/bin/python bench/bound_gap.py                  # writes bench/results/bound_gap.md
     .venv/bin/python bench/bound_gap.py --all -o /tmp/gap.md bench/results/peers-memory.md
@@ -34,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from peers import Row  # noqa: E402
-from vpeers import Config  # noqa: E402
+from vpeers import Config, one_f_one_b_memory  # noqa: E402
 
 from tessel import bounds  # noqa: E402
 from tessel.io import atomic_write  # noqa: E402
@@ -42,7 +43,7 @@ from tessel.placement import Number, Placement  # noqa: E402
 from tessel.search.problem import make_problem  # noqa: E402
 from tessel.search.relax import RELAX_PROBES, RELAX_TASKS, RELAX_WORK, relaxed_bound  # noqa: E402
 
-RELAX_DEVICES = 2  # devices per row the relaxation tries (highest preemptive bound first)
+RELAX_DEVICES = 4  # devices per row the relaxation tries (highest preemptive bound first)
 RELAX_ABOVE = 1.01  # ... on rows whose best makespan is more than this many times the bound before
 MAKESPANS = ("1f1b", "gpipe", "greedy", "zb-h1", "zb-h2", "zb-v", "zb-v-half", "zb-v-min", "peer", "tessel",
              "peer makespan", "alone")
@@ -58,7 +59,7 @@ class Case:
     m: int
     costs: str
     memory: str
-    limit: Number
+    limit: Number | tuple[Number, ...]  # per device, or one for all
     latency: bool
 
 
@@ -79,14 +80,18 @@ def read_rows(path: Path) -> list[dict[str, str]]:
 def case_of(cells: dict[str, str]) -> Case:
     if "limit (max/device)" in cells:  # bench/vpeers.py: the memory row's name and its largest limit
         cfg = Config(int(cells["p"]), int(cells["m"]), cells["costs"], cells["latency"] != "0")
-        return Case(cfg.placement(cells["placement"]), cells["placement"], cfg.p, cfg.m, cfg.costs,
-                    cells["memory"], float(cells["limit (max/device)"]), cfg.latency)
+        p = cfg.placement(cells["placement"])
+        limit: Number | tuple[Number, ...] = float(cells["limit (max/device)"])
+        if cells["memory"] == "1F1B's":  # worked out again: every device's own
+            limit = one_f_one_b_memory(p, cfg.m)
+            assert max(limit) == float(cells["limit (max/device)"]), (cells, limit)
+        return Case(p, cells["placement"], cfg.p, cfg.m, cfg.costs, cells["memory"], limit, cfg.latency)
     memory = int(cells["memory"].split()[0])  # "1 M_B = 8"
     row = Row(cells["placement"], int(cells["p"]), int(cells["m"]), cells["costs"], cells["latency"] != "0", memory)
     return Case(row.placement(), row.shape, row.p, row.m, row.costs, cells["memory"], row.limit, row.latency)
 
 
-def proven(p: Placement, n: int, limit: Number, best: Number, devices: int,
+def proven(p: Placement, n: int, limit: Number | tuple[Number, ...], best: Number, devices: int,
            above: float = RELAX_ABOVE) -> tuple[Number, Number, Number | None]:
     """(best bound before, device bound, relaxation or None) of n micro-batches under `limit`
     per device; the relaxation only where `best` is more than `above` times the bounds before."""
@@ -141,7 +146,7 @@ def header(gaps: list[float], best: list[float], devices: int, above: float) -> 
             f"{RELAX_PROBES} solves of {RELAX_WORK} deterministic s per device, {devices} devices a row, on rows whose "
             f"best makespan is above {above} x the bound before; `-`: not run); `best`: the shortest of tessel, the zero-bubble repository's scheduler, every baseline and "
             "peer. Gaps are makespan / bound; peers-v.md rows are bounded with their largest per-device limit on "
-            f"every device. Machine: {platform.machine()}, python {platform.python_version()}, 2 cores shared "
+            f"every device (1F1B's memory: each device's own). Machine: {platform.machine()}, python {platform.python_version()}, 2 cores shared "
             f"with other jobs (load {os.getloadavg()[0]:.1f} at the end; `bound s` is wall time).", "",
             f"Rows with tessel more than 5% above the bound: {over} of {len(gaps)}; with the best makespan "
             f"recorded: {sum(g > 1.05 + 1e-9 for g in best)} of {len(best)}.", "",
