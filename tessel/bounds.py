@@ -376,17 +376,20 @@ def device_lower_bound(p: Placement, micro_batches: int, memory: Memory | None =
     device's work, and the part after the wait cannot start before it; with a memory limit,
     a device can start only so many micro-batches before the releases of the first round trip
     come back. Above STAGGER_TASKS (task, device) pairs, a block's tasks share its head and tail."""
+    return max(device_bounds(p, micro_batches, memory).values(), default=0)
+
+
+def device_bounds(p: Placement, micro_batches: int, memory: Memory | None = None,
+                  rows: tuple[Rows, Rows] | None = None) -> dict[int, Number]:
+    """device_lower_bound's one-machine bound of each device with blocks; `rows`: the
+    staggered releases and tails when already worked out."""
     n = micro_batches
     pairs = n * sum(len(b.devices) for b in p.blocks)
     if pairs <= STAGGER_TASKS:
-        r, q = staggered_releases(p, n, memory), staggered_tails(p, n, memory)
+        r, q = rows or (staggered_releases(p, n, memory), staggered_tails(p, n, memory))
         jobs_of = {b.id: _grouped(r[b.id], b.duration, q[b.id][::-1]) for b in p.blocks}
     else:
         pt = paths(p)
         jobs_of = {b.id: [(pt.earliest[b.id], n * b.duration, pt.tail[b.id] - b.duration)] for b in p.blocks}
-    best: Number = 0
-    for d in range(p.devices):
-        on = p.blocks_on(d)
-        if on:
-            best = max(best, one_machine_bound([j for b in on for j in jobs_of[b.id]]))
-    return best
+    return {d: one_machine_bound([j for b in p.blocks_on(d) for j in jobs_of[b.id]])
+            for d in range(p.devices) if p.blocks_on(d)}

@@ -12,6 +12,7 @@ from .. import bounds
 from ..numeric import EPS, rounded
 from ..placement import Number
 from ..schedule import Schedule
+from . import relax
 from .budget import Budget, Clock
 from .modulo import Modulo
 from .problem import Problem
@@ -37,6 +38,7 @@ class State:
     seconds: dict[str, float] = field(default_factory=dict)  # by phase
     solver_bound: int | None = None  # grid units: a bound on the makespan proven by a solve
     _bound: tuple[Number, str] | None = None  # the arguments' bound (bounds.proven_lower_bound), once
+    _relaxed: bool = False  # the one-device relaxation has run (--prove only)
 
     def report(self, **update: Any) -> None:
         if self.progress:
@@ -66,9 +68,25 @@ class State:
         """The best proven lower bound of the objective, and which argument proved it."""
         if self._bound is None:
             self._bound = self.bound_at(self.micro_batches)
+        self._relax(self._bound)
         if self.solver_bound is not None and self.problem.real(self.solver_bound) > self._bound[0] + EPS:
             return self.problem.real(self.solver_bound), "solver"
         return self._bound
+
+    def _relax(self, bound: tuple[Number, str]) -> None:
+        """Asked to prove (Budget.prove), once a schedule is in hand above the arguments'
+        bound: the one-device relaxations (relax.relaxed_bound, a deterministic budget), that
+        schedule's makespan their horizon. Not by default: their work costs seconds."""
+        value = self.best_value()
+        if self._relaxed or not self.budget.prove or self.objective != "makespan" or value is None \
+                or value <= bound[0] + EPS:
+            return
+        self._relaxed = True
+        t0 = time.perf_counter()
+        x = relax.relaxed_bound(self.problem, self.micro_batches, value, bound[0])
+        self.lap("relaxation", t0)
+        if x > bound[0] + EPS:
+            self._bound = (x, "relaxation")
 
     def bound_at(self, micro_batches: int) -> tuple[Number, str]:
         """The arguments' bound (not the solver's) for that many micro-batches."""
