@@ -266,7 +266,9 @@ class Schedule:
         return d
 
     def save(self, path: str | Path) -> None:
-        atomic_write(path, json.dumps(self.to_dict(), indent=None, separators=(",", ":"), default=str))
+        with paused_gc():  # a dict per task, and no cycle among them (tessel.bulk)
+            text = json.dumps(self.to_dict(), indent=None, separators=(",", ":"), default=str)
+        atomic_write(path, text)
 
     @staticmethod
     def load(path: str | Path, check: bool = False) -> Schedule:
