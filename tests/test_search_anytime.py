@@ -172,7 +172,7 @@ def test_above_the_race_size_a_linear_baseline_at_the_bound_is_the_answer(monkey
     real = race.run_baseline
     monkeypatch.setattr(race, "run_baseline", lambda name, *a, **k: calls.append(name) or real(name, *a, **k))
     p = library.vshape(4)
-    s = checked(search(p, 16, time_limit=10, budget=Budget(own_builds=1e9, free_build=0.0)), tmp_path)
+    s = checked(search(p, 16, time_limit=10, budget=Budget(own_builds=1e9, free_build=0.0, gated_tasks=0)), tmp_path)
     assert calls[0] == "1f1b" and "greedy" not in calls
     assert s.meta["base"] == "1f1b" and s.makespan == bounds.lower_bound(p, 16)
     assert set(s.meta["seconds"]) <= {"baselines", "final", "total"}  # no start, repetend or completion
@@ -188,7 +188,7 @@ def test_a_completion_the_clock_cannot_hold_is_the_plain_unroll_and_valid(monkey
     from tessel.search.passes import race
     monkeypatch.setattr(race, "BASELINE_TASKS", 10)
     p = library.vshape(4)
-    lean = checked(search(p, 16, 2, time_limit=10, budget=Budget(own_builds=1e9, free_build=0.0)), tmp_path)
+    lean = checked(search(p, 16, 2, time_limit=10, budget=Budget(own_builds=1e9, free_build=0.0, gated_tasks=0)), tmp_path)
     full = search(p, 16, 2, time_limit=10)
     assert max(lean.peak_memory) <= 2 and lean.meta["base"] == "repetend"
     assert full.makespan <= lean.makespan

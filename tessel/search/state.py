@@ -100,9 +100,12 @@ class State:
 
     def affords(self, builds: float, micro_batches: int | None = None) -> bool:
         """Whether the clock left holds `builds` linear passes over the tasks of that many
-        micro-batches (default N): building, compacting or checking a schedule. Passes of
-        under Budget.free_build seconds always fit (they overrun nothing)."""
+        micro-batches (default N): building, compacting or checking a schedule. Up to
+        Budget.gated_tasks tasks, and for passes of under Budget.free_build seconds, always
+        (they overrun little, and the search's results there never depend on the machine's load)."""
         tasks = (micro_batches or self.micro_batches) * len(self.problem.block_ids)
+        if tasks <= self.budget.gated_tasks:
+            return True
         need = builds * tasks * (self.per_task or self.budget.baseline_per_task)
         return need <= self.budget.free_build or need <= self.clock.left()
 
