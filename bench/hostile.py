@@ -16,6 +16,7 @@ import json
 import os
 import platform
 import resource
+import socket
 import subprocess
 import sys
 import tempfile
@@ -161,6 +162,7 @@ def _env(**kw: str) -> tuple[tuple[str, str], ...]:
 
 
 TORCHRUN = ("run", "--model", "mlp", "--schedule", "s.json")
+LISTENER = "{listener}"  # an environment value: the port of a bare TCP listener the bench holds open
 RANK2 = {"RANK": "0", "WORLD_SIZE": "2"}
 ROUND3_CASES: tuple[Case, ...] = (
     # environment the runtime reads
@@ -227,6 +229,13 @@ OWN_CASES: tuple[Case, ...] = (
     Case("YAML date as a name", ("show", "date.yaml"), 2, 5),
     Case("JSON key \\udc80", ("show", "surrogate-key.json"), 2, 5),
     Case("check: schedule with block id \\ud800", ("check", "surrogate-schedule.json"), 2, 5),
+    # round 4: a listener that accepts but is no torch store (as 0.0.0.0/8 is in some sandboxes)
+    Case("MASTER_ADDR:MASTER_PORT a bare TCP listener", TORCHRUN, 2, 8,
+         _env(**RANK2, MASTER_ADDR="127.0.0.1", MASTER_PORT=LISTENER)),
+    Case("MASTER_ADDR=0.0.0.7 (0.0.0.0/8)", TORCHRUN, 2, 8, _env(**RANK2, MASTER_ADDR="0.0.0.7", MASTER_PORT="29500")),
+    # round 4: 4,096 devices where no baseline fits the memory: the search's own schedule, cut short
+    Case("search vshape --devices 4096 -n 64 --memory 40 --time-limit 10",
+         ("search", "vshape", "--devices", "4096", "-n", "64", "--memory", "40", "--time-limit", "10"), 0, 12),
 )
 
 
@@ -254,23 +263,32 @@ def _round3_files(tmp: Path) -> None:
 def round3_rows(tmp: Path, cases: tuple[Case, ...]) -> tuple[list[str], int]:
     _round3_files(tmp)
     rows, failed = [], 0
-    for c in cases:
-        t0, cpu0 = time.perf_counter(), _children_cpu()
-        try:
-            r = subprocess.run([sys.executable, "-m", "tessel", *c.argv], cwd=tmp, capture_output=True, text=True,
-                               env={**_environ(), **dict(c.env)}, timeout=c.bound + 60)
-            code, err = r.returncode, r.stderr
-        except subprocess.TimeoutExpired:
-            code, err = -9, "(killed: over the bound + 60 s)"
-        secs, cpu = time.perf_counter() - t0, _children_cpu() - cpu0
-        lines = err.strip().splitlines()
-        one_line = code != 2 or (len(lines) == 1 and lines[0].startswith("tessel: error: "))
-        ok = code == c.code and secs <= c.bound and one_line and "Traceback" not in err
-        failed += not ok
-        first = (lines or ["(none)"])[0][:100].replace("|", "\\|")
-        rows.append(f"| {c.name} | {c.code} | {c.bound:g} | {code} | {secs:.2f} | {cpu:.2f} | {len(lines)} | "
-                    f"{'ok' if ok else 'FAIL'} | {first} |")
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = str(listener.getsockname()[1])
+        for c in cases:
+            row, ok = _round3_row(tmp, c, {k: port if v == LISTENER else v for k, v in c.env})
+            rows.append(row)
+            failed += not ok
     return rows, failed
+
+
+def _round3_row(tmp: Path, c: Case, env: dict[str, str]) -> tuple[str, bool]:
+    t0, cpu0 = time.perf_counter(), _children_cpu()
+    try:
+        r = subprocess.run([sys.executable, "-m", "tessel", *c.argv], cwd=tmp, capture_output=True, text=True,
+                           env={**_environ(), **env}, timeout=c.bound + 60)
+        code, err = r.returncode, r.stderr
+    except subprocess.TimeoutExpired:
+        code, err = -9, "(killed: over the bound + 60 s)"
+    secs, cpu = time.perf_counter() - t0, _children_cpu() - cpu0
+    lines = err.strip().splitlines()
+    one_line = code != 2 or (len(lines) == 1 and lines[0].startswith("tessel: error: "))
+    ok = code == c.code and secs <= c.bound and one_line and "Traceback" not in err
+    first = (lines or ["(none)"])[0][:100].replace("|", "\\|")
+    return (f"| {c.name} | {c.code} | {c.bound:g} | {code} | {secs:.2f} | {cpu:.2f} | {len(lines)} | "
+            f"{'ok' if ok else 'FAIL'} | {first} |"), ok
 
 
 def _children_cpu() -> float:

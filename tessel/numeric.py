@@ -14,6 +14,8 @@ EPS = 1e-9
 
 def snap(x: float) -> Number:
     """`x` as an int when it is one up to float dust, else unchanged."""
+    if type(x) is int:  # the common case on integral placements: nothing to round (and fast)
+        return x
     return int(round(x)) if abs(x - round(x)) < EPS else x
 
 

@@ -222,6 +222,8 @@ def _check_sizes(name: str, blocks: int, edges: int) -> None:
 
 def in_range(x: Any, lo: float, hi: float) -> bool:
     """A real number (not a bool, not NaN or infinite, any size of int) with lo <= x <= hi."""
+    if type(x) is int:  # the common case, first (schedules check every task's start)
+        return lo <= x <= hi
     if isinstance(x, bool) or not isinstance(x, (int, float)):
         return False
     # comparing first keeps huge ints (10**400) away from float conversion

@@ -11,6 +11,7 @@ from typing import Any
 
 from . import bounds
 from . import placement as _doc
+from .bulk import paused_gc
 from .errors import LimitError, PlacementError, ScheduleError, quote
 from .io import atomic_write, read_document
 from .numeric import EPS as EPS
@@ -119,8 +120,9 @@ class Schedule:
               meta: Mapping[str, Any] | None = None, check: bool = True) -> Schedule:
         """Make a schedule from {(block, micro_batch): start}, shifted to begin at 0, validated."""
         t0 = min(starts.values()) if starts else 0
-        tasks = tuple(Task(b, m, _num(s - t0)) for (b, m), s in
-                      sorted(starts.items(), key=lambda kv: (kv[1], kv[0][1], kv[0][0])))
+        with paused_gc():
+            tasks = tuple(Task(b, m, _num(s - t0)) for (b, m), s in
+                          sorted(starts.items(), key=lambda kv: (kv[1], kv[0][1], kv[0][0])))
         rep = None if repetend is None else Repetend(repetend.period, _num(repetend.start - t0),
                                                      _num(repetend.end - t0))
         s = Schedule(placement, micro_batches, tasks, normalise_limit(memory_limit, placement.devices),
@@ -264,7 +266,9 @@ class Schedule:
         return d
 
     def save(self, path: str | Path) -> None:
-        atomic_write(path, json.dumps(self.to_dict(), indent=None, separators=(",", ":"), default=str))
+        with paused_gc():  # a dict per task, and no cycle among them (tessel.bulk)
+            text = json.dumps(self.to_dict(), indent=None, separators=(",", ":"), default=str)
+        atomic_write(path, text)
 
     @staticmethod
     def load(path: str | Path, check: bool = False) -> Schedule:

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Mapping, Sequence
+from itertools import count
 from typing import Any
 
+from .bulk import paused_gc
 from .key import Key
 from .placement import Number, Placement
 from .schedule import Repetend, Schedule, ScheduleError
@@ -41,72 +43,101 @@ def earliest_starts(p: Placement, micro_batches: int, orders: Orders,
 
     `duration(block, mb)` and `latency(a, b)` default to the placement's; the simulator passes
     perturbed ones. Raises DeadlockError naming the devices and tasks that wait on each other.
+    Tasks are issued in time order (ties: the first ready first), which is the order of the
+    returned dict.
     """
-    check_orders(p, micro_batches, orders)
-    by = p.by_id
-    durations = {b.id: b.duration for b in p.blocks}
-    dur = duration or (lambda b, m: durations[b])
+    with paused_gc():  # a million small objects and no cycle among them (tessel.bulk)
+        return _earliest_starts(p, micro_batches, orders, duration, latency)
+
+
+def _earliest_starts(p: Placement, n: int, orders: Orders, duration: Callable[[str, int], Number] | None,
+                     latency: Callable[[str, str], Number] | None) -> dict[Key, Number]:
+    ids = [b.id for b in p.blocks]
+    index = {b: i for i, b in enumerate(ids)}
+    seq = _task_ids(p, n, orders, index)
     lat = latency or p.edge_latency
-    # per block, looked up once: linear in tasks with small constants (524k tasks at 4,096 devices)
-    devices = {b.id: by[b.id].devices for b in p.blocks}
-    inputs = {b.id: [(a, lat(a, b.id)) for a in p.preds[b.id]] for b in p.blocks}
-    succs = p.succs
+    # a task is block index i * n + micro-batch: lists, not dicts of tuple keys (524k tasks at 4,096 devices)
+    devices = [p.by_id[b].devices for b in ids]
+    width = [len(x) for x in devices]
+    inputs = [[(index[a] * n, lat(a, b)) for a in p.preds[b]] for b in ids]
+    succs = [[index[x] for x in p.succs[b]] for b in ids]
+    block_duration = [p.by_id[b].duration for b in ids]
     pos = [0] * p.devices
     free: list[Number] = [0] * p.devices
-    end: dict[Key, Number] = {}
+    end: list[Number | None] = [None] * (len(ids) * n)
+    heads = [0] * len(end)
+    queued = bytearray(len(end))
     start: dict[Key, Number] = {}
-    total = sum(len(o) for o in orders)
-    done = 0
+    done, counter = 0, count()
     # a task is issued when it heads the order of every one of its devices (counted as each
     # device reaches it: a task on k devices costs k, not k squared) and its inputs are done
-    heap: list[tuple[Number, int, Key]] = []
-    heads: dict[Key, int] = {}
-    queued: set[Key] = set()
+    heap: list[tuple[Number, int, int, int]] = []
 
-    def try_queue(key: Key) -> None:
-        b, m = key
-        if key in queued or heads.get(key, 0) < len(devices[b]):
+    def try_queue(i: int, m: int) -> None:
+        tid = i * n + m
+        if queued[tid] or heads[tid] < width[i]:
             return
         t: Number = 0
-        for d in devices[b]:
+        for d in devices[i]:
             if free[d] > t:
                 t = free[d]
-        for a, la in inputs[b]:
-            e = end.get((a, m))
+        for base, la in inputs[i]:
+            e = end[base + m]
             if e is None:
                 return
             if e + la > t:
                 t = e + la
-        queued.add(key)
-        heapq.heappush(heap, (t, len(queued), key))
+        queued[tid] = 1
+        heapq.heappush(heap, (t, next(counter), i, m))
 
     def arrive(d: int) -> None:
         """Device d moved on to the next task of its order."""
-        if pos[d] < len(orders[d]):
-            key = orders[d][pos[d]]
-            heads[key] = heads.get(key, 0) + 1
-            try_queue(key)
+        if pos[d] < len(seq[d]):
+            tid = seq[d][pos[d]]
+            heads[tid] += 1
+            try_queue(*divmod(tid, n))
 
     for d in range(p.devices):
         arrive(d)
     while heap:
-        t, _, key = heapq.heappop(heap)
-        b, m = key
-        start[key] = t
-        end[key] = e = t + dur(b, m)
-        del heads[key]
-        devs = devices[b]
+        t, _, i, m = heapq.heappop(heap)
+        start[(ids[i], m)] = t
+        end[i * n + m] = e = t + (block_duration[i] if duration is None else duration(ids[i], m))
+        devs = devices[i]
         done += len(devs)
         for d in devs:
             pos[d] += 1
             free[d] = e
         for d in devs:
             arrive(d)
-        for s in succs[b]:
-            try_queue((s, m))
-    if done != total:
-        raise DeadlockError(_deadlock_message(p, orders, pos, end))
+        for x in succs[i]:
+            try_queue(x, m)
+    if done != sum(len(o) for o in seq):
+        raise DeadlockError(_deadlock_message(p, orders, pos, start))
     return start
+
+
+def _task_ids(p: Placement, n: int, orders: Orders, index: Mapping[str, int]) -> list[list[int]]:
+    """Each device's order as task ids (block index * n + micro-batch), checked as check_orders
+    does in one pass: every entry a task of the device, none twice, as many as it has tasks."""
+    if len(orders) != p.devices:
+        check_orders(p, n, orders)
+    on = [frozenset(p.by_id[b].devices) for b in index]
+    mark = [-1] * (len(index) * n)
+    out = []
+    for d, order in enumerate(orders):
+        ids = []
+        for b, m in order:
+            i = index.get(b)
+            if i is None or type(m) is not int or not 0 <= m < n or d not in on[i] or mark[i * n + m] == d:
+                check_orders(p, n, orders)  # says what is wrong
+                raise ScheduleError(f"device {d} order: bad entry {(b, m)!r}")
+            mark[i * n + m] = d
+            ids.append(i * n + m)
+        if len(ids) != len(p.blocks_on(d)) * n:
+            check_orders(p, n, orders)
+        out.append(ids)
+    return out
 
 
 def _deadlock_message(p: Placement, orders: Orders, pos: list[int], end: Mapping[Key, Number]) -> str:

@@ -6,6 +6,7 @@ either refused up front or bounded (few micro-batches, --programs, a short time 
 from __future__ import annotations
 
 import socket
+import time
 from typing import Any
 
 import pytest
@@ -82,10 +83,6 @@ def test_fuzzed_environment_never_traceback(env: dict[str, str], tessel: Any, mo
     for k, v in env.items():
         if k == "MASTER_PORT" and v.strip().isdigit() and 1 < int(v) <= 65535:
             v = "1"  # never a port something may listen on
-        if k == "MASTER_ADDR" and _numeric_address(v):
-            # "65535" is 0.0.255.255: some sandboxes accept any connection to 0.0.0.0/8, so the
-            # probe passes and the rank waits for a store that never answers; keep it on loopback
-            v = "127.0.0.1"
         monkeypatch.setenv(k, v.encode("utf-8", "surrogateescape").decode("utf-8", "replace"))
     rc, out, err = tessel("run", "--model", "mlp", "--schedule", "1f1b", "-n", "2", "--steps", "1")
     assert rc == 2, (env, rc, err[-2000:])
@@ -114,22 +111,36 @@ def test_environment_check_accepts_only_what_torch_can_use(env: dict[str, str], 
     assert int(env["RANK"]) == got.rank and int(env["WORLD_SIZE"]) == got.world
 
 
-def test_a_store_that_listens_is_accepted_and_one_that_does_not_is_refused() -> None:
-    import socket
+def test_a_listener_that_is_not_a_store_and_no_listener_are_refused_in_one_line() -> None:
+    """A bare TCP listener accepts the connection but never answers a store's ping (as anything in
+    0.0.0.0/8 does in some sandboxes): refused within the probe, not waited on forever. A real
+    store is accepted: tests/test_runtime_security.py."""
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))
         server.listen()
         port = server.getsockname()[1]
         env = {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
-        assert check_torchrun_env(env, probe=2.0) == TorchrunEnv(1, 2, None, "127.0.0.1", port)
+        t0 = time.monotonic()
+        with pytest.raises(UsageError, match="MASTER_ADDR:MASTER_PORT = 127.0.0.1:.* is not a torch store") as e:
+            check_torchrun_env(env, probe=1.0)
+        assert time.monotonic() - t0 < 3.0 and "\n" not in str(e.value)
     with pytest.raises(UsageError, match="nothing listens at MASTER_ADDR:MASTER_PORT"):
         check_torchrun_env(env, probe=0.3)
 
 
-def _numeric_address(text: str) -> bool:
-    """Whether the resolver reads `text` as an IPv4 address in one of inet_aton's forms."""
-    try:
-        socket.inet_aton(text)
-    except (OSError, ValueError, UnicodeError):
-        return False
-    return True
+
+def test_run_against_a_listener_that_is_not_a_store_exits_2_in_one_line(tessel: Any,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """`tessel run` as a torchrun rank whose MASTER_ADDR:MASTER_PORT accepts but is no store."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        for k, v in {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+                     "MASTER_PORT": str(server.getsockname()[1])}.items():
+            monkeypatch.setenv(k, v)
+        monkeypatch.setattr(environ, "PROBE_SECONDS", 1.0)
+        t0 = time.monotonic()
+        rc, out, err = tessel("run", "--model", "mlp", "--schedule", "1f1b", "-n", "2", "--steps", "1")
+    assert rc == 2 and err.count("\n") == 1, err[-2000:]
+    assert "MASTER_ADDR:MASTER_PORT" in err and "is not a torch store" in err
+    assert time.monotonic() - t0 < 10

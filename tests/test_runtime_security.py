@@ -147,3 +147,17 @@ def test_collectives_across_pipelines_and_replicas() -> None:
     assert all(o["shared"] == "schedule bytes" and o["same"] and not o["differ"] for o in out)
     assert out[3]["gathered"] == ["rank 0 of replica 1", "rank 1 of replica 1"]
     assert all(o["grad"] == [1.5, 1.5, 1.5] for o in out)
+
+
+def test_the_torchrun_probe_accepts_a_real_store_of_either_server() -> None:
+    """tessel.cli.environ pings the store in torch's own protocol: both TCPStore servers (libuv,
+    the default, and the classic one) answer; a bare listener does not (tests/test_fuzz_cli.py)."""
+    from tessel.cli.environ import TorchrunEnv, check_torchrun_env
+    for libuv in (True, False):
+        server = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=10),
+                          use_libuv=libuv)
+        env = {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(server.port)}
+        assert check_torchrun_env(env, probe=2.0) == TorchrunEnv(1, 2, None, "127.0.0.1", server.port)
+        server.set("after", "probe")  # the store still serves its clients after the probe's ping
+        client = TCPStore("127.0.0.1", server.port, is_master=False, timeout=timedelta(seconds=10))
+        assert client.get("after") == b"probe"

@@ -157,3 +157,38 @@ def test_budget_shares_are_named_and_fast_has_its_own_ceiling() -> None:
     assert b.fast_limit(50) == b.fast_limit(200) == 2.0 and b.fast_limit(1000) == 20.0
     assert 2.0 < b.fast_limit(600) < 20.0 and b.fast_limit(2000) == 40.0
     assert b.reserve(10.0, 0) == pytest.approx(1.0) and b.reserve(2.0, 10**6) == pytest.approx(1.0)
+
+
+def test_above_the_race_size_a_linear_baseline_at_the_bound_is_the_answer(monkeypatch: pytest.MonkeyPatch,
+                                                                          tmp_path: Path) -> None:
+    """What 4,096 devices x 64 micro-batches does, on a small placement: above BASELINE_TASKS only the
+    baselines built in linear time race (1f1b on a plain pipeline, gpipe; greedy not), the first
+    whatever the clock says; one at the bound whose clock cannot hold the search's own schedule
+    (Budget.own_builds builds, none free) is the answer, with no completion run."""
+    from tessel.search import Budget
+    from tessel.search.passes import race
+    monkeypatch.setattr(race, "BASELINE_TASKS", 10)
+    calls: list[str] = []
+    real = race.run_baseline
+    monkeypatch.setattr(race, "run_baseline", lambda name, *a, **k: calls.append(name) or real(name, *a, **k))
+    p = library.vshape(4)
+    s = checked(search(p, 16, time_limit=10, budget=Budget(own_builds=1e9, free_build=0.0, gated_tasks=0)), tmp_path)
+    assert calls[0] == "1f1b" and "greedy" not in calls
+    assert s.meta["base"] == "1f1b" and s.makespan == bounds.lower_bound(p, 16)
+    assert set(s.meta["seconds"]) <= {"baselines", "final", "total"}  # no start, repetend or completion
+
+
+def test_a_completion_the_clock_cannot_hold_is_the_plain_unroll_and_valid(monkeypatch: pytest.MonkeyPatch,
+                                                                         tmp_path: Path) -> None:
+    """No baseline fits the memory (1f1b and gpipe need 4 on device 0), so the search's own schedule
+    is the answer however short the clock; one that cannot hold Budget.own_builds builds does not
+    compact the plain unroll first (Modulo.unrolled is valid as it is): still valid, within the
+    limit, and not shorter than the full completion."""
+    from tessel.search import Budget
+    from tessel.search.passes import race
+    monkeypatch.setattr(race, "BASELINE_TASKS", 10)
+    p = library.vshape(4)
+    lean = checked(search(p, 16, 2, time_limit=10, budget=Budget(own_builds=1e9, free_build=0.0, gated_tasks=0)), tmp_path)
+    full = search(p, 16, 2, time_limit=10)
+    assert max(lean.peak_memory) <= 2 and lean.meta["base"] == "repetend"
+    assert full.makespan <= lean.makespan

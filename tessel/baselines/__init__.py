@@ -20,7 +20,7 @@ from .repetend import detect, window_holds
 from .schedules import REGISTRY, Baseline, Limit
 from .shapes import BaselineError
 
-__all__ = ["BASELINES", "BaselineError", "applicable", "raced", "why_not", "run_baseline", "with_repetend"]
+__all__ = ["BASELINES", "BaselineError", "applicable", "linear", "raced", "why_not", "run_baseline", "with_repetend"]
 log = logging.getLogger(__name__)
 # the most tasks of the small schedules built to find a steady state
 DETECT_TASKS = 50_000
@@ -42,6 +42,11 @@ def applicable(placement: Placement) -> list[str]:
 def raced(placement: Placement) -> list[str]:
     """The applicable baselines a search races by default (torch's generators only on request)."""
     return [name for name in applicable(placement) if REGISTRY[name].raced]
+
+
+def linear(name: str, placement: Placement) -> bool:
+    """Whether baseline `name` builds its schedule of this placement in time linear in the tasks."""
+    return _get(name).linear(placement)
 
 
 def _get(name: str) -> Baseline:

@@ -68,6 +68,9 @@ class Baseline:
     # raced by the search by default; off for torch's generators (an optional dependency whose
     # first import takes seconds): the peers bench races them on purpose
     raced: bool = True
+    # built in time linear in the tasks on this placement (per-device orders in closed form,
+    # timed by tessel.timing): the search races it at any size, its fallback when time runs out
+    linear: Callable[[Placement], bool] = lambda p: False
 
 
 def _is_forward(p: Placement, b: str) -> bool:
@@ -392,19 +395,24 @@ def _few(p: Placement) -> tuple[int, ...]:
     return (1, 2, 3, 4)
 
 
+def _always(p: Placement) -> bool:
+    return True
+
+
 REGISTRY: dict[str, Baseline] = {
-    "gpipe": Baseline(_gpipe_fits, _gpipe),
-    "1f1b": Baseline(lambda p: _training_fits(p, "1f1b"), _1f1b, _few),
-    "interleaved": Baseline(_interleaved_fits, _interleaved, lambda p: (p.devices,)),
-    "chimera": Baseline(_chimera_fits, _chimera, lambda p: (math.ceil(p.devices / 2),)),
-    "zb-h1": Baseline(_zb_h1_fits, _zb_h1, _few),
+    "gpipe": Baseline(_gpipe_fits, _gpipe, linear=_always),
+    "1f1b": Baseline(lambda p: _training_fits(p, "1f1b"), _1f1b, _few,
+                     linear=lambda p: _plain_pipeline(p) is not None),
+    "interleaved": Baseline(_interleaved_fits, _interleaved, lambda p: (p.devices,), linear=_always),
+    "chimera": Baseline(_chimera_fits, _chimera, lambda p: (math.ceil(p.devices / 2),), linear=_always),
+    "zb-h1": Baseline(_zb_h1_fits, _zb_h1, _few, linear=_always),
     # memory in micro-batches of activations per device; 1F1B's is p
     "zb-h2": _zero_bubble(_split_chain, lambda k: 2 * k - 1, "zb-h2"),
     "zb-v": _zero_bubble(_v_chain, lambda k: k, "zb-v"),
     "zb-v-half": _zero_bubble(_v_chain, lambda k: k / 2 + 1, "zb-v-half"),
     "zb-v-min": _zero_bubble(_v_chain, lambda k: k / 3 + 1, "zb-v-min"),
-    "zb-v-hand": Baseline(lambda p: _dualpipev_fits(p, "zb-v-hand"), _zbv_hand, _few),
-    "dualpipev": Baseline(_dualpipev_fits, _dualpipev, _few),
+    "zb-v-hand": Baseline(lambda p: _dualpipev_fits(p, "zb-v-hand"), _zbv_hand, _few, linear=_always),
+    "dualpipev": Baseline(_dualpipev_fits, _dualpipev, _few, linear=_always),
     **{name: _torch(name) for name in TORCH},  # torch's own generators (tessel.baselines.torch_orders)
     "greedy": Baseline(lambda p: None, _greedy, _few),
 }

@@ -3,11 +3,14 @@
 `tessel run` under torchrun reads RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT.
 Left to torch, a missing or malformed one is a KeyError or ValueError traceback, and a store
 address where nothing listens is a 20 s wait and a 66-line traceback. Here each is refused up
-front as a UsageError, and the store is probed (a plain TCP connect, a few seconds at most).
+front as a UsageError, and the store is probed (a connect and a ping in the store's own protocol,
+a few seconds at most: a listener that is not a torch store is refused, not waited on forever).
 """
 from __future__ import annotations
 
+import os
 import socket
+import struct
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -76,14 +79,17 @@ def _integer(environ: Mapping[str, str], name: str, low: int, high: int, shown: 
 
 
 def _probe(env: TorchrunEnv, seconds: float) -> None:
-    """Refuse at once when nothing listens at the store's address: connect, close, retry briefly
-    (the agent may be a moment behind its ranks)."""
+    """Refuse at once when no torch store answers at the store's address: connect and ping it as
+    a TCPStore client does, retrying a refused connection briefly (the agent may be a moment
+    behind its ranks). A listener that accepts but does not answer the ping (some networks accept
+    a connection to anything) is refused too: torch's own client would wait for it forever."""
     deadline = time.monotonic() + seconds
     last = ""
     while True:
         left = deadline - time.monotonic()
         try:
-            with socket.create_connection((env.host, env.port), timeout=max(0.1, min(1.0, left))):
+            with socket.create_connection((env.host, env.port), timeout=max(0.1, min(1.0, left))) as conn:
+                _ping(conn, env, max(0.5, deadline - time.monotonic()))
                 return
         except socket.gaierror as e:
             raise UsageError(f"environment: MASTER_ADDR={quote(env.host)} does not resolve ({e.strerror or e})") \
@@ -96,3 +102,34 @@ def _probe(env: TorchrunEnv, seconds: float) -> None:
     raise UsageError(f"environment: nothing listens at MASTER_ADDR:MASTER_PORT = {env.host}:{env.port} "
                      f"({last}; waited {seconds:g} s): start the job with torchrun, or unset RANK and WORLD_SIZE "
                      "to launch locally")
+
+
+# torch's TCPStore wire protocol (c10d/TCPStoreBackend.hpp, both the libuv and the classic server):
+# a client opens with VALIDATE and the magic number, then PING sends a nonce the store echoes
+STORE_VALIDATE, STORE_PING, STORE_MAGIC = 0, 13, 0x3C85F7CE
+
+
+def _ping(conn: socket.socket, env: TorchrunEnv, seconds: float) -> None:
+    """The store's echo of a nonce within `seconds`, or a UsageError naming MASTER_ADDR/MASTER_PORT."""
+    nonce = os.getpid() & 0xFFFFFFFF
+    conn.settimeout(seconds)
+    got = b""
+    try:
+        conn.sendall(bytes([STORE_VALIDATE]) + struct.pack("=I", STORE_MAGIC) + bytes([STORE_PING])
+                     + struct.pack("=I", nonce))
+        while len(got) < 4:
+            chunk = conn.recv(4 - len(got))
+            if not chunk:
+                break
+            got += chunk
+    except TimeoutError:
+        why = f"no answer to a store's ping within {seconds:.1f} s"
+    except OSError as e:
+        why = f"the connection failed at a store's ping: {e.strerror or e}"
+    else:
+        if len(got) == 4 and struct.unpack("=I", got)[0] == nonce:
+            return
+        why = "it closed the connection at a store's ping" if len(got) < 4 else "its answer to a store's ping is wrong"
+    raise UsageError(f"environment: MASTER_ADDR:MASTER_PORT = {env.host}:{env.port} accepts connections but is not "
+                     f"a torch store ({why}): point them at the job's store (torchrun sets both), or unset RANK and "
+                     "WORLD_SIZE to launch locally")

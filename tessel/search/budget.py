@@ -80,6 +80,10 @@ class Budget:
     fast_race_share: float = 0.8  # fast: its clock is short and the baselines are its best constructions
     race: bool = True  # race the baselines at all (off: the search's own schedule, for benchmarks)
     baseline_per_task: float = 3e-5  # seconds one baseline (no repetend) is expected to take per task, until measured
+    own_builds: float = 4.0  # the search's own schedule at N costs about this many baseline builds (unroll,
+    # compaction, kernel check, the validated schedule): skipped when a baseline at the bound is in hand
+    free_build: float = 0.05  # seconds: a linear pass shorter than this is never skipped for time,
+    gated_tasks: int = 40_000  # ... nor one over at most this many tasks (race.BASELINE_TASKS: as before there)
     start_share: float = 0.1  # constructions tried upward from the bound before one micro-batch at a time
     fit_share: float = 0.5  # the one-micro-batch solve that proves (or finds) that memory fits
     # -- the repetend (mode tessel: the period search; mode fast: the polish at the bound)

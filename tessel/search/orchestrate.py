@@ -11,8 +11,9 @@ fast:   constructed repetend, the solver only polishes its span (stops when it s
 exact:  the tessel schedule as a hint, then the whole N-micro-batch problem in one solve.
 
 The applicable baselines race against the result up to race.BASELINE_TASKS tasks (N x blocks)
-and while one fits the race's share of the clock: the search never returns a schedule longer
-than any baseline that ran. The bound in the report is the best proven one (bounds.py).
+and while one fits the race's share of the clock, and above it those built in linear time (the
+first one whatever the clock says: the answer when time runs out): the search never returns a
+schedule longer than any baseline that ran. The bound in the report is the best proven one (bounds.py).
 """
 from __future__ import annotations
 
@@ -54,9 +55,10 @@ class Pass:
 
 
 def run_passes(state: State, passes: Sequence[Pass]) -> None:
-    """Answer first: the passes in turn until a schedule meets the best proven bound."""
+    """Answer first: the passes in turn until a schedule meets the best proven bound (or a
+    baseline does, and the clock left cannot hold the search's own schedule: State.answered)."""
     for p in passes:
-        if not p.always and state.at_bound(p.rivals):
+        if not p.always and (state.at_bound(p.rivals) or state.answered()):
             continue
         t0 = time.perf_counter()
         clock = state.clock if p.share is None else state.clock.share(p.share(state.budget))

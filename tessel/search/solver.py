@@ -17,12 +17,15 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
-
-from ortools.sat.python import cp_model
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..key import Key
 from .budget import Clock, Stall
+
+if TYPE_CHECKING:
+    from ortools.sat.python import cp_model
+
+    from .callback import Reporter
 
 log = logging.getLogger(__name__)
 
@@ -51,9 +54,19 @@ VarKey = Key | PatternVar
 _running: set[cp_model.CpSolver] = set()
 _running_lock = threading.Lock()
 
-_STATUS = {cp_model.OPTIMAL: "optimal", cp_model.FEASIBLE: "feasible",
-           cp_model.INFEASIBLE: "infeasible", cp_model.UNKNOWN: "unknown",
-           cp_model.MODEL_INVALID: "invalid"}
+
+
+def _cp() -> Any:
+    """CP-SAT's module, imported by the first model (with numpy and pandas it takes a second or
+    more): a search answered by a raced baseline, 4,096 devices among them, never pays for it."""
+    from ortools.sat.python import cp_model
+    return cp_model
+
+
+def _status(code: Any) -> str:
+    cp = _cp()
+    return {cp.OPTIMAL: "optimal", cp.FEASIBLE: "feasible", cp.INFEASIBLE: "infeasible", cp.UNKNOWN: "unknown",
+            cp.MODEL_INVALID: "invalid"}.get(code, "unknown")
 
 
 @dataclass(frozen=True)
@@ -77,7 +90,7 @@ class Model:
     """A CP-SAT model of tasks on devices; see the module doc."""
 
     def __init__(self) -> None:
-        self.cp = cp_model.CpModel()
+        self.cp: cp_model.CpModel = _cp().CpModel()
         self.vars: dict[VarKey, cp_model.IntVar] = {}
         self._on_device: dict[int, list[cp_model.IntervalVar]] = defaultdict(list)
         self._objective: Expr | None = None
@@ -152,7 +165,7 @@ class Model:
         ivs = []
         for start, end, _ in spans:
             n = self._count()
-            size = self.cp.new_int_var(0, cp_model.INT32_MAX, f"held{n}") if not isinstance(end, int) or \
+            size = self.cp.new_int_var(0, _cp().INT32_MAX, f"held{n}") if not isinstance(end, int) or \
                 not isinstance(start, int) else end - start
             ivs.append(self.cp.new_interval_var(start, size, end, f"hold{n}"))
         self.cp.add_cumulative(ivs, [int(a) for _, _, a in spans], int(limit))
@@ -196,7 +209,8 @@ class Model:
             solver.parameters.max_deterministic_time = float(stall.work)
         callback = None
         if self._objective is not None and (progress or stall):
-            callback = _Reporter(progress, phase, t0, report)
+            from .callback import Reporter  # it subclasses CP-SAT's callback: imported with it
+            callback = Reporter(progress, phase, t0, report)
         watcher = _Watcher(solver, callback, stall.seconds) if stall and callback and not deterministic_stall else None
         with _registered(solver):
             code = solver.solve(self.cp, callback)
@@ -205,7 +219,7 @@ class Model:
         return self._result(solver, code, phase, t0)
 
     def _result(self, solver: cp_model.CpSolver, code: Any, phase: str, t0: float) -> SolveResult:
-        status = _STATUS.get(code, "unknown")
+        status = _status(code)
         seconds = time.perf_counter() - t0
         if status not in ("optimal", "feasible"):
             log.info("%s: %s after %.2fs", phase, status, seconds)
@@ -219,7 +233,7 @@ class Model:
 
 
 def _solver(time_limit: float | None, workers: int | None, prove: bool) -> cp_model.CpSolver:
-    solver = cp_model.CpSolver()
+    solver: cp_model.CpSolver = _cp().CpSolver()
     solver.parameters.num_workers = max(1, int(workers or DEFAULT_WORKERS))
     if time_limit is not None:
         solver.parameters.max_time_in_seconds = max(0.01, float(time_limit))
@@ -262,28 +276,10 @@ def _proving(params: Any) -> None:
         params.subsolvers.extend(["max_lp", "default_lp"])
 
 
-class _Reporter(cp_model.CpSolverSolutionCallback):
-    def __init__(self, progress: Progress | None, phase: str, t0: float,
-                 report: Callable[[int], dict[str, Any]] | None) -> None:
-        super().__init__()
-        self.progress, self.phase, self.t0, self.report = progress, phase, t0, report
-        self.last_improvement: float | None = None
-
-    def on_solution_callback(self) -> None:
-        self.last_improvement = time.perf_counter()
-        if not self.progress:
-            return
-        obj = round(self.objective_value)
-        update = {"phase": self.phase, "objective": obj, "elapsed": time.perf_counter() - self.t0}
-        if self.report:
-            update.update(self.report(obj))
-        self.progress(update)
-
-
 class _Watcher:
     """Stops a solve that has found a solution and not improved it for `stall` seconds."""
 
-    def __init__(self, solver: cp_model.CpSolver, reporter: _Reporter, stall: float) -> None:
+    def __init__(self, solver: cp_model.CpSolver, reporter: Reporter, stall: float) -> None:
         self.solver, self.reporter, self.stall = solver, reporter, stall
         self.done = threading.Event()
         threading.Thread(target=self._run, daemon=True).start()

@@ -37,6 +37,7 @@ class State:
     statuses: dict[str, Any] = field(default_factory=dict)  # of every solve, by phase
     seconds: dict[str, float] = field(default_factory=dict)  # by phase
     solver_bound: int | None = None  # grid units: a bound on the makespan proven by a solve
+    per_task: float | None = None  # seconds per task a linear build took here (race.py), once measured
     _bound: tuple[Number, str] | None = None  # the arguments' bound (bounds.proven_lower_bound), once
     _relaxed: bool = False  # the one-device relaxation has run (--prove only)
 
@@ -114,6 +115,22 @@ class State:
         """The objective of the best schedule so far, the raced baselines' included or not."""
         values = [self.value(s) for s in [*([self.best] if self.best else []), *(self.rivals if rivals else [])]]
         return min(values) if values else None
+
+    def affords(self, builds: float, micro_batches: int | None = None) -> bool:
+        """Whether the clock left holds `builds` linear passes over the tasks of that many
+        micro-batches (default N): building, compacting or checking a schedule. Up to
+        Budget.gated_tasks tasks, and for passes of under Budget.free_build seconds, always
+        (they overrun little, and the search's results there never depend on the machine's load)."""
+        tasks = (micro_batches or self.micro_batches) * len(self.problem.block_ids)
+        if tasks <= self.budget.gated_tasks:
+            return True
+        need = builds * tasks * (self.per_task or self.budget.baseline_per_task)
+        return need <= self.budget.free_build or need <= self.clock.left()
+
+    def answered(self) -> bool:
+        """A raced baseline meets the best proven bound and the clock cannot hold the search's
+        own schedule (Budget.own_builds builds): the search answers with the baseline now."""
+        return self.at_bound(True) and not self.affords(self.budget.own_builds)
 
     def at_bound(self, rivals: bool = True) -> bool:
         """The best schedule so far (with `rivals`, a raced baseline's too) meets the best

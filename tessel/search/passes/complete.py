@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from ...key import Key
 from ...schedule import Schedule, ScheduleError
 from ..budget import Clock
-from ..completion import compact, complete, makespan, plain_unroll
+from ..completion import Completed, compact, complete, makespan, plain_unroll
 from ..kernel import kernel_starts
 from ..modulo import Modulo
 from ..problem import Problem
@@ -30,9 +30,15 @@ KERNEL_TRIES = 8  # window starts checked by a real unroll before giving up on a
 
 
 def completion(state: State, clock: Clock) -> None:
-    """state.modulo completed and unrolled to N: the first best schedule of the search."""
-    if state.modulo is not None:
-        state.best = completed(state, state.modulo, clock)
+    """state.modulo completed and unrolled to N: the first best schedule of the search; left
+    out when a raced baseline is in hand and the clock cannot hold Budget.own_builds builds."""
+    if state.modulo is None:
+        return
+    if state.rivals and not state.affords(state.budget.own_builds):
+        log.info("completion skipped: %d tasks do not fit the clock left; the raced baselines stand",
+                 state.micro_batches * len(state.problem.block_ids))
+        return
+    state.best = completed(state, state.modulo, clock)
 
 
 def deepest_repetend(state: State, clock: Clock) -> None:
@@ -44,7 +50,8 @@ def deepest_repetend(state: State, clock: Clock) -> None:
     stall = state.budget.repetend_stall(len(p.block_ids))
     deep = deepest(p, mod, clock.share(state.budget.deep_share).within(state.budget.cap(stall, state.workers)), state.workers,
                    stall)
-    if deep is not None and deep.in_flight(p) > mod.in_flight(p) and not clock.expired():
+    if deep is not None and deep.in_flight(p) > mod.in_flight(p) and not clock.expired() \
+            and state.affords(state.budget.own_builds):
         if state.offer(completed(state, deep, clock, "completion_deep")):
             state.modulo = deep
 
@@ -56,10 +63,14 @@ def completed(state: State, mod: Modulo, clock: Clock, phase: str = "completion"
     p, n, b = state.problem, state.micro_batches, state.budget
     free, work = sizes(p, mod, n)
     stall = b.completion_stall(max(free, default=1), len(p.block_ids))
-    plain = compact(p, work, plain_unroll(mod, work))
+    raw = plain_unroll(mod, work)
+    # the plain unroll is valid as it is: compaction only when the clock holds the builds that follow
+    plain = compact(p, work, raw) if state.affords(b.own_builds, work) else raw
     bound = state.grid_bound(work)  # answer first: no solve once the proven bound is met
     cap = b.cap(stall, state.workers)
-    done = complete(p, plain, work, free, clock, state.workers, stall, bound, cap)
+    # no end to free (blocks over FREE_TASKS): the compacted unroll is the completion
+    done = complete(p, plain, work, free, clock, state.workers, stall, bound, cap) if free \
+        else Completed(plain, (), 0.0)
     statuses = list(done.statuses)
     first = done.starts
     if free and makespan(p, first) > bound and clock.left() > b.patience * stall.seconds * 2 * len(free):
@@ -68,7 +79,7 @@ def completed(state: State, mod: Modulo, clock: Clock, phase: str = "completion"
                         cap * b.patience)
         statuses += done.statuses
     state.statuses[phase] = statuses
-    s = _own(state, mod, work, [done.starts, first, plain])
+    s = _own(state, mod, work, [done.starts, first, plain], raw)
     state.report(phase=phase, makespan=s.makespan, period=per_micro_batch(p, mod))
     return s
 
@@ -87,12 +98,15 @@ def sizes(p: Problem, mod: Modulo, n: int) -> tuple[list[int], int]:
     return free, work + (n - work) % copies
 
 
-def _own(state: State, mod: Modulo, work: int, candidates: list[dict[Key, int]]) -> Schedule:
+def _own(state: State, mod: Modulo, work: int, candidates: list[dict[Key, int]], raw: dict[Key, int]) -> Schedule:
     """The shortest completed schedule whose steady state repeats (it unrolls to N); when N is
-    the working N, a shorter one without a kernel is taken too."""
+    the working N, a shorter one without a kernel is taken too. `raw` is the plain unroll."""
     p, n = state.problem, state.micro_batches
-    ranked = sorted(candidates, key=lambda st: makespan(p, st)) + [plain_unroll(mod, work)]
+    unique = list({id(c): c for c in candidates}.values())  # without solves they are one dict
+    ranked = sorted(unique, key=lambda st: makespan(p, st)) + [raw]
     tries = KERNEL_TRIES if not state.clock.expired() else 1  # each try builds the whole schedule
+    if not state.affords(2, work):  # a try builds and unrolls it: none when the clock cannot hold one
+        tries = 0
     s = None
     for starts in ranked:
         s = with_kernel(p, work, starts, [(mod.period, mod.copies)], "repetend", tries)
@@ -115,6 +129,8 @@ def with_kernel(p: Problem, n: int, starts: Mapping[Key, int], kernels: Sequence
     kernels asked for, the schedule without one; else None."""
     if not kernels:
         return p.schedule(n, starts, None, None, {"base": base, "repetend": "none"})
+    if tries <= 0:
+        return None
     for period, shift in kernels:
         for i, start in enumerate(kernel_starts(starts, n, len(p.block_ids), period, shift)):
             if i >= tries:

@@ -23,7 +23,7 @@ def final(state: State, clock: Clock) -> None:
     """The best schedule replayed on the real durations (never longer, same memory order), then
     the best of it and the baselines by the objective."""
     s = state.best
-    if s is not None and not state.problem.exact_time:
+    if s is not None and not state.problem.exact_time and state.affords(2):  # a replay and a check
         s = _compacted(s)
     ranked = sorted(state.rivals, key=state.value)  # stable: the first of equals, as raced
     best = s if s is not None else ranked[0]

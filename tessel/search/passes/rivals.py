@@ -16,7 +16,7 @@ log = logging.getLogger(__name__)
 
 def completed_baseline(state: State, clock: Clock) -> None:
     p, n, mod, own = state.problem, state.micro_batches, state.modulo, state.best
-    if mod is None or own is None:
+    if mod is None or own is None or not state.affords(state.budget.own_builds):
         return
     grid = _grid_baselines(state, clock)
     if not grid or clock.expired():
