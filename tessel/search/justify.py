@@ -13,16 +13,19 @@ without a solver, by list scheduling the whole problem twice:
 - forward: the problem itself, the tasks that start first in the backward result first: the
   warm-up is packed too.
 
-The list scheduler is tessel.baselines.engine's (memory by reservation, so it never deadlocks
-and never passes a limit) with releases given back as they end (Pools.release_early). The
-rounds are a fixed budget of work (JUSTIFY_ROUNDS at most, stopping at the first round that
+The list scheduler keeps memory by reservation as tessel.baselines.engine does (so it never
+deadlocks and never passes a limit), with releases given back as they end (Pools.release_early).
+On placements whose blocks each run on one device (the pipelines, V and X shapes) it is the
+walk below, a few times faster than the engine's (which handles blocks on several devices and
+runs the others); both take the same decisions there. The rounds are a fixed budget of work (JUSTIFY_ROUNDS at most, stopping at the first round that
 improves nothing), not a wall clock, so the same inputs give the same schedule on a loaded
 machine. In the RCPSP literature: Valls, Ballestin and Quintanilla, EJOR 165 (2005).
 """
 from __future__ import annotations
 
+import heapq
 import logging
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import replace
 
 from ..baselines.engine import Pools, list_schedule, memory_need, one_group
@@ -38,10 +41,11 @@ JUSTIFY_TASKS = 40_000  # justification runs up to this many tasks (N x blocks):
 Starts = Mapping[Key, int]
 
 
-def justified(problem: Problem, micro_batches: int, starts: Starts) -> dict[Key, int] | None:
+def justified(problem: Problem, micro_batches: int, starts: Starts, bound: int = 0) -> dict[Key, int] | None:
     """The grid starts after justification rounds from `starts` (grid starts of all N
-    micro-batches), when shorter than `starts`; None when not, or when the walk cannot run
-    (too many tasks, or a limit below one micro-batch's reservation)."""
+    micro-batches), stopping at `bound` (a makespan that cannot be improved), when shorter
+    than `starts`; None when not, or when the walk cannot run (too many tasks, memory that does
+    not balance per device, or a limit below one micro-batch's reservation)."""
     n, units = micro_batches, problem.units
     pools = _pools(units, problem, n)
     if pools is None or n * len(units.blocks) > JUSTIFY_TASKS or not _balanced(units):
@@ -52,10 +56,12 @@ def justified(problem: Problem, micro_batches: int, starts: Starts) -> dict[Key,
         return None
     best, first = dict(starts), makespan(problem, starts)
     for _ in range(JUSTIFY_ROUNDS):
+        if makespan(problem, best) <= bound:
+            break
         try:
             late = _backward(problem, back, back_pools, n, best)
-            early = _forward(problem, pools, n, late)
-        except DeadlockError as e:  # the reservation rule makes this a bug; keep what we have
+            early = late if makespan(problem, late) <= bound else _forward(problem, pools, n, late)
+        except DeadlockError as e:  # the reservations rule it out: a bug, but the search goes on
             log.warning("justification stopped: %s", e)
             break
         top = min((early, late), key=lambda st: makespan(problem, st))
@@ -87,7 +93,7 @@ def _pools(p: Placement, problem: Problem, n: int) -> Pools | None:
     group = one_group(p)
     if problem.limit is None:
         return Pools(group, {}, release_early=True)
-    caps: dict[tuple[int, object], Number] = {}
+    caps: dict[tuple[int, Hashable], Number] = {}
     for (d, g), need in memory_need(p, n, group).items():
         if need > problem.limit[d]:
             return None
@@ -95,22 +101,145 @@ def _pools(p: Placement, problem: Problem, n: int) -> Pools | None:
     return Pools(group, caps, release_early=True)
 
 
-def _rank(p: Placement) -> dict[str, int]:
-    return {b: i for i, b in enumerate(p.topo_order)}
-
-
 def _backward(problem: Problem, back: Placement, pools: Pools, n: int, starts: Starts) -> dict[Key, int]:
     """Every task as late as the others allow: the reversed problem, latest end first."""
-    dur, rank = problem.duration, _rank(back)
-    end = {key: s + dur[key[0]] for key, s in starts.items()}
+    dur = problem.duration
+    end = {(b, n - 1 - m): s + dur[b] for (b, m), s in starts.items()}  # numbered as in `back`
     horizon = max(end.values())
-    out = list_schedule(back, n, lambda b, m: (horizon - end[(b, n - 1 - m)], m, rank[b]), pools)
-    last = max(int(v) + dur[b] for (b, _), v in out.items())
-    return {(b, n - 1 - m): last - (int(v) + dur[b]) for (b, m), v in out.items()}
+    out = _walk(back, n, {key: horizon - e for key, e in end.items()}, pools)
+    last = max(v + dur[b] for (b, _), v in out.items())
+    return {(b, n - 1 - m): last - (v + dur[b]) for (b, m), v in out.items()}
 
 
 def _forward(problem: Problem, pools: Pools, n: int, starts: Starts) -> dict[Key, int]:
     """Every task as early as the others allow, earliest start first."""
-    rank = _rank(problem.units)
-    out = list_schedule(problem.units, n, lambda b, m: (starts[(b, m)], m, rank[b]), pools)
-    return {key: int(v) for key, v in out.items()}
+    return _walk(problem.units, n, starts, pools)
+
+
+def _walk(p: Placement, n: int, time: Starts, pools: Pools) -> dict[Key, int]:
+    """List scheduling on the grid: when a device frees, the ready task of least `time` (then
+    micro-batch, then data order) that memory admits."""
+    if any(len(b.devices) > 1 for b in p.blocks):
+        rank = {b: i for i, b in enumerate(p.topo_order)}
+        out = list_schedule(p, n, lambda b, m: (time[(b, m)], m, rank[b]), pools)
+        return {key: int(v) for key, v in out.items()}
+    return _Walk(p, n, time, pools).run()
+
+
+class _Walk:
+    """The engine's walk for blocks on one device each: a heap of ready tasks per device, so a
+    free device looks only at its own tasks (the engine sorts every waiting block per event).
+    Tasks are numbers m * blocks + i, i in data order; the priority is one integer."""
+
+    def __init__(self, p: Placement, n: int, time: Starts, pools: Pools) -> None:
+        self.n, self.order = n, p.topo_order
+        nb = self.nb = len(self.order)
+        index = {b: i for i, b in enumerate(self.order)}
+        by = p.by_id
+        self.dev = [by[b].devices[0] for b in self.order]
+        self.dur = [int(by[b].duration) for b in self.order]
+        self.mem = [int(by[b].memory) for b in self.order]  # memory units: integers on the grid
+        self.succs = [[(index[s], int(p.edge_latency(b, s))) for s in p.succs[b]] for b in self.order]
+        npred = [len(p.preds[b]) for b in self.order]
+        self.left = [npred[i] for _ in range(n) for i in range(nb)]
+        self.ready_at = [0] * (n * nb)
+        span = n * nb
+        self.key = [0] * (n * nb)
+        for (b, m), t in time.items():
+            self.key[m * nb + index[b]] = int(t) * span + m * nb + index[b]
+        self.caps = {d: c for (d, _), c in pools.caps.items()}
+        self.reserve = [0] * p.devices
+        self.leave = [0] * p.devices
+        self.count = [0] * p.devices  # memory blocks per device
+        for i in range(nb):
+            if self.mem[i]:
+                d = self.dev[i]
+                self.reserve[d] += max(self.mem[i], 0)
+                self.leave[d] += self.mem[i]
+                self.count[d] += 1
+        self.leave = [max(x, 0) for x in self.leave]
+        self.used = [0] * p.devices
+        self.next_in = [0] * p.devices
+        self.open: dict[tuple[int, int], list[int]] = {}  # (device, m) -> [memory tasks left, given back]
+        self.heaps: list[list[tuple[int, int]]] = [[] for _ in range(p.devices)]
+        self.busy = [0] * p.devices
+        self.start: dict[Key, int] = {}
+        self.roots = [i for i in range(nb) if not npred[i]]
+
+    def run(self) -> dict[Key, int]:
+        nb, total = self.nb, self.n * self.nb
+        running: list[tuple[int, int]] = []
+        pending: list[tuple[int, int]] = []
+        dirty: set[int] = set()
+        for m in range(self.n):
+            for i in self.roots:
+                self._ready(m * nb + i, dirty)
+        t = 0
+        while len(self.start) < total:
+            for d in sorted(dirty):
+                if self.busy[d] <= t:
+                    self._dispatch(d, t, running)
+            dirty = set()
+            nxt = [q[0][0] for q in (running, pending) if q]
+            if not nxt:
+                raise DeadlockError(f"list scheduling stuck at time {t} with {total - len(self.start)} tasks left")
+            t = min(nxt)
+            while running and running[0][0] <= t:
+                self._finish(*heapq.heappop(running), pending, dirty)
+            while pending and pending[0][0] <= t:
+                self._ready(heapq.heappop(pending)[1], dirty)
+        return self.start
+
+    def _ready(self, task: int, dirty: set[int]) -> None:
+        d = self.dev[task % self.nb]
+        heapq.heappush(self.heaps[d], (self.key[task], task))
+        dirty.add(d)
+
+    def _admissible(self, task: int) -> bool:
+        i = task % self.nb
+        d = self.dev[i]
+        if not self.mem[i] or d not in self.caps or (d, task // self.nb) in self.open:
+            return True
+        return self.next_in[d] == task // self.nb and self.used[d] + self.reserve[d] <= self.caps[d]
+
+    def _dispatch(self, d: int, t: int, running: list[tuple[int, int]]) -> None:
+        heap, skipped = self.heaps[d], []
+        while heap and not self._admissible(heap[0][1]):
+            skipped.append(heapq.heappop(heap))
+        if heap:
+            task = heapq.heappop(heap)[1]
+            self._begin(task, d, t, running)
+        for x in skipped:
+            heapq.heappush(heap, x)
+
+    def _begin(self, task: int, d: int, t: int, running: list[tuple[int, int]]) -> None:
+        m, i = divmod(task, self.nb)
+        self.start[(self.order[i], m)] = t
+        end = self.busy[d] = t + self.dur[i]
+        if self.mem[i] and (d, m) not in self.open:
+            self.open[(d, m)] = [self.count[d], 0]
+            self.used[d] += self.reserve[d]
+            self.next_in[d] += 1
+        heapq.heappush(running, (end, task))
+
+    def _finish(self, end: int, task: int, pending: list[tuple[int, int]], dirty: set[int]) -> None:
+        m, i = divmod(task, self.nb)
+        d = self.dev[i]
+        dirty.add(d)
+        if self.mem[i]:
+            state = self.open[(d, m)]
+            state[0] -= 1
+            if self.mem[i] < 0:  # given back at once, never more than the close gives back
+                back = min(-self.mem[i], self.reserve[d] - self.leave[d] - state[1])
+                self.used[d] -= back
+                state[1] += back
+            if not state[0]:
+                del self.open[(d, m)]
+                self.used[d] -= self.reserve[d] - self.leave[d] - state[1]
+        base = m * self.nb
+        for s, lat in self.succs[i]:
+            x = base + s
+            self.left[x] -= 1
+            self.ready_at[x] = max(self.ready_at[x], end + lat)
+            if not self.left[x]:
+                heapq.heappush(pending, (self.ready_at[x], x))

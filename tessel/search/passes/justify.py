@@ -8,7 +8,7 @@ from ..justify import justified
 from ..state import State
 from .complete import grid_starts, with_kernel
 
-KERNEL_TRIES = 2  # each try builds and unrolls the whole schedule
+KERNEL_TRIES = 1  # a try builds and unrolls the whole schedule (seconds at 32 devices)
 
 
 def justification(state: State, clock: Clock) -> None:
@@ -18,7 +18,7 @@ def justification(state: State, clock: Clock) -> None:
         return
     seed = min(seeds, key=state.value)  # stable: our own schedule first among equals
     starts = grid_starts(p, seed)
-    new = None if starts is None else justified(p, n, starts)
+    new = None if starts is None else justified(p, n, starts, state.grid_bound(n))
     if new is None:
         return
     kernels = [] if state.modulo is None else [(state.modulo.period, state.modulo.copies)]
