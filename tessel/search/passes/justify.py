@@ -1,6 +1,8 @@
-"""Pass (mode fast): the best schedule so far, the raced baselines' included, justified
-backward and forward (search/justify.py); kept when shorter. At 32 devices this, not the
-completion solves, is what packs the long warm-up and cool-down."""
+"""Passes (mode fast): justification (search/justify.py) of the best schedule so far, the
+raced baselines' included; kept when shorter. At 32 devices this, not the completion solves,
+is what packs the long warm-up and cool-down, so fast justifies first, from its repetend
+unrolled and compacted, and completes only when that is not enough and the clock still allows
+completion solves (an answer at the bound skips the completion's builds altogether)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -8,35 +10,54 @@ from collections.abc import Mapping
 from ...key import Key
 from ...schedule import Schedule
 from ..budget import Clock
+from ..completion import compact, makespan, plain_unroll
 from ..justify import justified
 from ..modulo import Modulo
 from ..problem import Problem
 from ..state import State
-from .complete import grid_starts, with_kernel
+from .complete import completed, completion, grid_starts, with_kernel
 
+BASE = "justified"  # meta.base of a justified schedule
 KERNEL_TRIES = 1  # a try builds and unrolls the whole schedule (seconds at 32 devices)
 SHIFTS = (1, 2)  # micro-batches a kernel of the justified schedule may advance
 
 
 def justification(state: State, clock: Clock) -> None:
+    """The best seed justified: state.best (else the repetend unrolled and compacted) or a
+    raced baseline on the grid, whichever is shortest; nothing when the best is justified
+    already (its rounds stopped where they could not improve)."""
     p, n = state.problem, state.micro_batches
-    seeds = [s for s in [state.best, *state.rivals] if s is not None]
-    if not seeds:
+    if state.best is not None and state.best.meta.get("base") == BASE:
         return
-    seed = min(seeds, key=state.value)  # stable: our own schedule first among equals
-    starts = grid_starts(p, seed)
-    new = None if starts is None else justified(p, n, starts, state.grid_bound(n))
+    seeds = [grid_starts(p, s) for s in [state.best, *state.rivals] if s is not None]
+    if state.best is None and state.modulo is not None:
+        seeds.insert(0, compact(p, n, plain_unroll(state.modulo, n)))
+    ready = [s for s in seeds if s is not None]
+    if not ready:
+        return
+    seed = min(ready, key=lambda st: makespan(p, st))  # stable: our own first among equals
+    new = justified(p, n, seed, state.grid_bound(n))
     if new is not None:
         state.offer(_with_kernel(p, n, new, state.modulo))
+
+
+def completion_after(state: State, clock: Clock) -> None:
+    """Completion when nothing is justified yet (state.best is then the completed repetend),
+    else its result offered, when the clock still allows its solves (without them it is the
+    compaction that justification starts from)."""
+    if state.best is None:
+        completion(state, clock)
+    elif state.modulo is not None and not clock.expired():
+        state.offer(completed(state, state.modulo, clock))
 
 
 def _with_kernel(p: Problem, n: int, starts: Mapping[Key, int], mod: Modulo | None) -> Schedule:
     """The justified schedule with a kernel when one of the guesses unrolls, else without."""
     for kernel in _guesses(p, n, starts, mod):
-        s = with_kernel(p, n, starts, [kernel], "justified", KERNEL_TRIES)
+        s = with_kernel(p, n, starts, [kernel], BASE, KERNEL_TRIES)
         if s is not None:
             return s
-    s = with_kernel(p, n, starts, [], "justified")
+    s = with_kernel(p, n, starts, [], BASE)
     assert s is not None, "a schedule without a kernel is always built"
     return s
 
