@@ -58,23 +58,27 @@ def justified(problem: Problem, micro_batches: int, starts: Starts, bound: int =
     back_pools = _pools(back, problem, n)
     if back_pools is None:
         return None
-    best, first = dict(starts), makespan(problem, starts)
+    first = makespan(problem, starts)
+    best, length = dict(starts), first
     for _ in range(max(1, min(JUSTIFY_ROUNDS, JUSTIFY_WORK // (2 * n * len(units.blocks))))):
-        if makespan(problem, best) <= bound:
+        if length <= bound:
             break
         try:
             late = _backward(problem, back, back_pools, n, best)
-            early = late if makespan(problem, late) <= bound else _forward(problem, pools, n, late)
+            tops = [(makespan(problem, late), late)]
+            if tops[0][0] > bound:
+                early = _forward(problem, pools, n, late)
+                tops.insert(0, (makespan(problem, early), early))
         except DeadlockError as e:  # the reservations rule it out: a bug, but the search goes on
             log.warning("justification stopped: %s", e)
             break
-        top = min((early, late), key=lambda st: makespan(problem, st))
-        if makespan(problem, top) >= makespan(problem, best):
+        top, starts_top = min(tops, key=lambda x: x[0])  # the forward one among equals
+        if top >= length:
             break
-        best = top
-    if makespan(problem, best) >= first:
+        best, length = starts_top, top
+    if length >= first:
         return None
-    log.info("justification: makespan %d -> %d (grid)", first, makespan(problem, best))
+    log.info("justification: makespan %d -> %d (grid)", first, length)
     return best
 
 
