@@ -79,3 +79,14 @@ def test_fast_at_32_devices_is_within_ten_percent_of_the_bound(tmp_path: Path) -
     s = checked(search(p, 128, 64, mode="fast", time_limit=60, budget=Budget(race=False)), tmp_path)
     assert s.makespan <= 1.10 * bounds.lower_bound(p, 128)
     assert s.meta["base"] == "justified" and max(s.peak_memory) <= 64
+
+
+def test_the_rounds_come_from_the_limit_not_the_clock() -> None:
+    # a budget whose share of the limit allows no round leaves the repetend's completion as it was
+    p = library.build("zb", devices=8)
+    on = search(p, 32, 16, mode="fast", time_limit=60, budget=Budget(race=False))
+    off = search(p, 32, 16, mode="fast", time_limit=60, budget=Budget(race=False, justify_share=0.0))
+    assert on.errors() == [] and off.errors() == []
+    assert on.meta["base"] == "justified" and off.meta["base"] != "justified"
+    assert on.makespan == bounds.lower_bound(p, 32) <= off.makespan
+    assert Budget().justify_rounds(1.145, 128 * 128) == 3 and Budget().justify_rounds(0.01, 128 * 128) == 0

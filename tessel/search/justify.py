@@ -18,8 +18,8 @@ deadlocks and never passes a limit), with releases given back as they end (Pools
 On placements whose blocks each run on one device (the pipelines, V and X shapes) it is the
 walk below, about twice as fast as the engine's (which handles blocks on several devices and
 runs the others); both take the same decisions there. The rounds are a fixed budget of work
-(JUSTIFY_ROUNDS and JUSTIFY_WORK at most, stopping at the first round that improves nothing or
-at the proven bound), not a wall clock, so the same inputs give the same schedule on a loaded
+(JUSTIFY_ROUNDS at most, fewer where the search's limit says so: Budget.justify_rounds; stopping
+at the first round that improves nothing or at the proven bound), not a wall clock, so the same inputs give the same schedule on a loaded
 machine. In the RCPSP literature: Valls, Ballestin and Quintanilla, EJOR 165 (2005).
 """
 from __future__ import annotations
@@ -37,22 +37,23 @@ from .completion import makespan
 from .problem import Problem
 
 log = logging.getLogger(__name__)
-JUSTIFY_ROUNDS = 4  # backward-forward rounds at most (each two walks of N x blocks tasks) ...
-JUSTIFY_WORK = 100_000  # ... and at most this many tasks walked in all (the first round always runs): at
-# 32 devices and N = 128 the first round gives most of the gain (zbv 892 -> 805, bound 799; the next
-# three 805 -> 799), and each walk costs a few tenths of a second there
+# backward-forward rounds at most (each two walks of N x blocks tasks; the caller's budget may allow
+# fewer): at 32 devices and N = 128 the first round gives most of the gain (zbv 892 -> 805, bound 799;
+# the next three 805 -> 799), and each walk costs a few tenths of a second there
+JUSTIFY_ROUNDS = 4
 JUSTIFY_TASKS = 40_000  # justification runs up to this many tasks (N x blocks): a walk is linear in them
 Starts = Mapping[Key, int]
 
 
-def justified(problem: Problem, micro_batches: int, starts: Starts, bound: int = 0) -> dict[Key, int] | None:
-    """The grid starts after justification rounds from `starts` (grid starts of all N
-    micro-batches), stopping at `bound` (a makespan that cannot be improved), when shorter
-    than `starts`; None when not, or when the walk cannot run (too many tasks, memory that does
-    not balance per device, or a limit below one micro-batch's reservation)."""
+def justified(problem: Problem, micro_batches: int, starts: Starts, bound: int = 0,
+              rounds: int = JUSTIFY_ROUNDS) -> dict[Key, int] | None:
+    """The grid starts after at most `rounds` justification rounds from `starts` (grid starts
+    of all N micro-batches), stopping at `bound` (a makespan that cannot be improved), when
+    shorter than `starts`; None when not, or when the walk cannot run (no round, too many
+    tasks, memory that does not balance per device, a limit below a micro-batch's reservation)."""
     n, units = micro_batches, problem.units
     pools = _pools(units, problem, n)
-    if pools is None or n * len(units.blocks) > JUSTIFY_TASKS or not _balanced(units):
+    if rounds < 1 or pools is None or n * len(units.blocks) > JUSTIFY_TASKS or not _balanced(units):
         return None
     back = reversed_placement(units)
     back_pools = _pools(back, problem, n)
@@ -60,7 +61,7 @@ def justified(problem: Problem, micro_batches: int, starts: Starts, bound: int =
         return None
     first = makespan(problem, starts)
     best, length = dict(starts), first
-    for _ in range(max(1, min(JUSTIFY_ROUNDS, JUSTIFY_WORK // (2 * n * len(units.blocks))))):
+    for _ in range(min(rounds, JUSTIFY_ROUNDS)):
         if length <= bound:
             break
         try:

@@ -27,7 +27,8 @@ def justification(state: State, clock: Clock) -> None:
     raced baseline on the grid, whichever is shortest; nothing when the best is justified
     already (its rounds stopped where they could not improve)."""
     p, n = state.problem, state.micro_batches
-    if state.best is not None and state.best.meta.get("base") == BASE:
+    if state.best is not None and state.best.meta.get("base") == BASE \
+            or state.budget.justify_rounds(state.clock.limit, n * len(p.block_ids)) < 1:
         return
     seeds = [grid_starts(p, s) for s in [state.best, *state.rivals] if s is not None]
     if state.best is None and state.modulo is not None:
@@ -36,7 +37,8 @@ def justification(state: State, clock: Clock) -> None:
     if not ready:
         return
     seed = min(ready, key=lambda st: makespan(p, st))  # stable: our own first among equals
-    new = justified(p, n, seed, state.grid_bound(n))
+    rounds = state.budget.justify_rounds(state.clock.limit, n * len(p.block_ids))
+    new = justified(p, n, seed, state.grid_bound(n), rounds)
     if new is not None:
         state.offer(_with_kernel(p, n, new, state.modulo))
 
