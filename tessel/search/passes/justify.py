@@ -5,10 +5,11 @@ unrolled and compacted, and completes only when that is not enough and the clock
 completion solves (an answer at the bound skips the completion's builds altogether)."""
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 
 from ...key import Key
-from ...schedule import Schedule
+from ...schedule import Schedule, ScheduleError
 from ..budget import Clock
 from ..completion import compact, makespan, plain_unroll
 from ..justify import justified
@@ -17,6 +18,7 @@ from ..problem import Problem
 from ..state import State
 from .complete import completed, completion, grid_starts, with_kernel
 
+log = logging.getLogger(__name__)
 BASE = "justified"  # meta.base of a justified schedule
 KERNEL_TRIES = 1  # a try builds and unrolls the whole schedule (seconds at 32 devices)
 SHIFTS = (1, 2)  # micro-batches a kernel of the justified schedule may advance
@@ -39,8 +41,12 @@ def justification(state: State, clock: Clock) -> None:
     seed = min(ready, key=lambda st: makespan(p, st))  # stable: our own first among equals
     rounds = state.budget.justify_rounds(state.clock.limit, n * len(p.block_ids))
     new = justified(p, n, seed, state.grid_bound(n), rounds)
-    if new is not None:
+    if new is None:
+        return
+    try:
         state.offer(_with_kernel(p, n, new, state.modulo))
+    except ScheduleError as e:  # the walks keep every rule; should one not, the search goes on without it
+        log.warning("justified schedule refused: %s", e)
 
 
 def completion_after(state: State, clock: Clock) -> None:
