@@ -61,6 +61,7 @@ class Pools:
     """Memory pools: the group of each block, and a cap per (device, group); no cap = unlimited."""
     group: Mapping[str, Hashable]
     caps: Mapping[Pool, Number] = field(default_factory=dict)
+    release_early: bool = False  # a release's memory goes back to the pool when it ends
 
 
 def one_group(p: Placement) -> dict[str, Hashable]:
@@ -92,6 +93,8 @@ class _Walk:
         self.p, self.n, self.priority = p, n, priority
         self.group = pools.group
         self.caps = pools.caps
+        self.release_early = pools.release_early
+        self.given: dict[tuple[Pool, int], Number] = defaultdict(int)  # given back early, per pool and micro-batch
         self.reserve, self.leave = reservations(p, pools.group)
         self.pools_of = {b.id: [(d, self.group[b.id]) for d in b.devices] if b.memory else [] for b in p.blocks}
         self.mem_tasks: dict[Pool, int] = defaultdict(int)
@@ -194,11 +197,16 @@ class _Walk:
         heapq.heappush(self.running, (end, b, m))
 
     def _finish(self, end: float, b: str, m: int) -> None:
+        mem = self.p.by_id[b].memory
         for k in self.pools_of[b]:
             self.open[(k, m)] -= 1
+            if self.release_early and mem < 0:  # never more than the close would give back
+                back = min(-mem, self.reserve[k] - self.leave[k] - self.given[(k, m)])
+                self.used[k] -= back
+                self.given[(k, m)] += back
             if not self.open[(k, m)]:
                 del self.open[(k, m)]
-                self.used[k] -= self.reserve[k] - self.leave[k]
+                self.used[k] -= self.reserve[k] - self.leave[k] - self.given.pop((k, m), 0)
         for s in self.p.succs[b]:
             self.left[s][m] -= 1
             self.ready_at[s][m] = max(self.ready_at[s][m], end + self.p.edge_latency(b, s))

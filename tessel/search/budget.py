@@ -99,6 +99,10 @@ class Budget:
     repair_share: float = 0.5  # fast: the solver repairing memory when no construction fits at the bound
     fast_small: float = 2.0  # fast: seconds at most up to FAST_SMALL_BLOCKS blocks,
     fast_large: float = 20.0  # ... and at FAST_LARGE_BLOCKS (linear between, proportional above)
+    justify_share: float = 0.5  # fast: of the search's limit its justification rounds may be expected to take,
+    justify_per_task: float = 5e-6  # ... at this many seconds per task walked (about an idle core's; 9-16 us
+    # measured at load 7-10 on 2 shared cores): a count of rounds fixed by the limit, not a wall clock, so a
+    # loaded machine gets the same schedule (32 devices, N = 128: 3 rounds at 128 blocks, 2 at 192)
     # -- completion and the end
     patience: float = 4.0  # the second round of completion waits this many times longer for an improvement
     exact_hint_share: float = 0.3  # exact: the tessel schedule that hints the whole-problem solve
@@ -131,6 +135,10 @@ class Budget:
             f = (blocks - FAST_SMALL_BLOCKS) / (FAST_LARGE_BLOCKS - FAST_SMALL_BLOCKS)
             return self.fast_small + f * (self.fast_large - self.fast_small)
         return self.fast_large * blocks / FAST_LARGE_BLOCKS
+
+    def justify_rounds(self, limit: float, tasks: int) -> int:
+        """Fast's justification rounds (two walks of `tasks` tasks each) that fit its share of `limit`."""
+        return int(limit * self.justify_share / (2 * tasks * self.justify_per_task))
 
     def cap(self, stall: Stall, workers: int | None) -> float:
         """Wall seconds one solve with this stall may take, so that a solve that finds nothing

@@ -7,7 +7,8 @@ every later pass only replaces it by a better one.
 
 tessel: the period search brackets between that repetend's period and the bound (periods it left
         undecided are tried again with more work on the clock it left), then completion.
-fast:   constructed repetend, the solver only polishes its span (stops when it stalls), completion.
+fast:   constructed repetend, the solver only polishes its span (stops when it stalls), the whole
+        schedule justified backward and forward by list scheduling (justify.py), completion.
 exact:  the tessel schedule as a hint, then the whole N-micro-batch problem in one solve.
 
 The applicable baselines race against the result up to race.BASELINE_TASKS tasks (N x blocks)
@@ -27,6 +28,7 @@ from ..schedule import Schedule
 from .budget import DEFAULT_LIMIT, MODES, OBJECTIVES, Budget, Clock
 from .passes.complete import completion, deepest_repetend
 from .passes.final import final, summary
+from .passes.justify import completion_after, justification
 from .passes.orders import orders
 from .passes.period import period_search, polish, retry
 from .passes.race import racing
@@ -79,7 +81,11 @@ TESSEL = (
 )
 PASSES: dict[str, tuple[Pass, ...]] = {
     "tessel": TESSEL,
-    "fast": (Pass("polish", polish), *COMPLETION),  # Budget.polish_share (polish_cap) or repair_share
+    # Budget.polish_share (polish_cap) or repair_share; the unrolled repetend justified (a fixed work budget),
+    # completed when that is not enough, the completion justified in turn (passes/justify.py)
+    "fast": (Pass("polish", polish), Pass("justify", justification, rivals=True),
+             Pass("completion", completion_after), Pass("justify", justification, rivals=True),
+             *COMPLETION[1:]),
     "exact": (Pass("hint", hinted(lambda s, _: run_passes(s, TESSEL)), lambda b: b.exact_hint_share),
               Pass("exact", exact, always=True)),  # the rest of the clock: the mode is the solver's proof
 }
