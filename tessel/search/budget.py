@@ -96,6 +96,11 @@ class Budget:
     fast_small: float = 2.0  # fast: seconds at most up to FAST_SMALL_BLOCKS blocks,
     fast_large: float = 20.0  # ... and at FAST_LARGE_BLOCKS (linear between, proportional above)
     # -- completion and the end
+    # the order polish (search/polish.py): tasks replayed, work not time (the same schedule on a loaded machine)
+    order_least: int = 50_000  # tasks replayed at least (about half a second on one core) ...
+    order_per_work: float = 400_000.0  # ... and per deterministic second of the search's solves (about half its time)
+    order_work: int = 4_000_000  # ... at most
+    order_stall: int = 150  # replays without a shorter makespan after which the walk stops
     patience: float = 4.0  # the second round of completion waits this many times longer for an improvement
     exact_hint_share: float = 0.3  # exact: the tessel schedule that hints the whole-problem solve
     repetend_builds: float = 6.0  # a raced baseline that wins: finding its repetend costs about this many builds
@@ -110,6 +115,7 @@ class Budget:
     solve_cap: float = 4.0  # several workers: a solve stops after this many stalls' seconds at most
     # -- answer first, prove on request
     prove: bool = False  # solves run to their share (no cap) and the whole problem is solved to prove (--prove)
+    settle: float = 0.01  # the passes that only may improve a good answer are skipped within this gap (unless prove)
 
     def working(self, time_limit: float) -> float:
         """Seconds of a command's --time-limit the work may take (the rest is the exit's)."""
@@ -135,6 +141,11 @@ class Budget:
         if self.prove or (workers or 1) <= 1:
             return math.inf
         return stall.seconds * self.solve_cap
+
+    def order_budget(self, solver_work: float) -> int:
+        """Tasks the order polish may replay after solves of `solver_work` deterministic seconds:
+        about half the time the search spent, as work."""
+        return min(self.order_work, max(self.order_least, int(self.order_per_work * solver_work)))
 
     def stall(self, seconds: float) -> Stall:
         return Stall(seconds, seconds * self.stall_work)

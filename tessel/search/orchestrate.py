@@ -1,9 +1,9 @@
 """`search()`: the orchestrator. A search is a list of passes (passes/) over one State, each
 given its share of one wall clock (budget.py); the lists below are the whole story.
 
-Every mode is anytime: before any solve it holds a valid schedule, the best of the applicable
-baselines and a repetend that fits memory (a construction, or one micro-batch at a time), and
-every later pass only replaces it by a better one.
+Every mode is anytime: before any solve it holds a valid schedule, a repetend that fits memory
+(a construction, or one micro-batch at a time; mode fast also the best of the applicable
+baselines), and every later pass only replaces it by a better one.
 
 tessel: the period search brackets between that repetend's period and the bound (periods it left
         undecided are tried again with more work on the clock it left), then completion.
@@ -12,7 +12,10 @@ exact:  the tessel schedule as a hint, then the whole N-micro-batch problem in o
 
 The applicable baselines race against the result up to race.BASELINE_TASKS tasks (N x blocks)
 and while one fits the race's share of the clock: the search never returns a schedule longer
-than any baseline that ran. The bound in the report is the best proven one (bounds.py).
+than any baseline that ran. Answer first: modes tessel and exact race them once their own
+repetend is completed, and only when that schedule does not meet the proven bound (no baseline
+can beat it then); mode fast races them first. The bound in the report is the best proven one
+(bounds.py).
 """
 from __future__ import annotations
 
@@ -45,18 +48,26 @@ class Pass:
     of the clock left when it starts (None: all of it; the pass bounds its own solves). Answer
     first: a pass is skipped once the search's own schedule meets the proven bound, and with
     `rivals` once a raced baseline does (the search's own repetend is still found and completed
-    when a baseline meets the bound first: it unrolls, and a tie keeps it)."""
+    when a baseline meets the bound first: it unrolls, and a tie keeps it). A `settle` pass
+    only might improve a good answer, at a cost no stall bounds well (the solver's work per
+    second varies tenfold between models): it is skipped once the best schedule is within
+    Budget.settle of the proven bound, unless the search is asked to prove."""
     name: str
     run: Callable[[State, Clock], None]
     share: Callable[[Budget], float] | None = None
     rivals: bool = False
     always: bool = False
+    settle: bool = False
 
 
 def run_passes(state: State, passes: Sequence[Pass]) -> None:
-    """Answer first: the passes in turn until a schedule meets the best proven bound."""
+    """Answer first: the passes in turn until a schedule meets the best proven bound (or, for
+    the passes that settle, comes within Budget.settle of it)."""
     for p in passes:
         if not p.always and state.at_bound(p.rivals):
+            continue
+        if p.settle and not state.budget.prove and state.at_bound(p.rivals, state.budget.settle):
+            state.statuses.setdefault("settled", []).append(p.name)
             continue
         t0 = time.perf_counter()
         clock = state.clock if p.share is None else state.clock.share(p.share(state.budget))
@@ -64,11 +75,13 @@ def run_passes(state: State, passes: Sequence[Pass]) -> None:
         state.lap(p.name, t0)
 
 
+RACE = Pass("baselines", racing(lambda b: b.race_share))  # once; skipped when our own schedule meets the bound
 COMPLETION = (
     Pass("completion", completion),  # warm-up and cool-down solves, each with a stall
-    Pass("deepest", deepest_repetend, rivals=True),  # Budget.deep_share for the deepest repetend, completed
-    Pass("baselines", completed_baseline, rivals=True),  # the best baseline on the grid, completed like ours
-    Pass("whole", whole, rivals=True),  # few tasks: one solve of the whole problem, with a stall
+    RACE,  # mode fast raced them first (its clock is short and they are its best constructions)
+    Pass("deepest", deepest_repetend, rivals=True, settle=True),  # Budget.deep_share for the deepest repetend, completed
+    Pass("baselines", completed_baseline, rivals=True, settle=True),  # the best baseline on the grid, completed like ours
+    Pass("whole", whole, rivals=True, settle=True),  # few tasks: one solve of the whole problem, with a stall
 )
 TESSEL = (
     Pass("repetend", period_search, lambda b: b.repetend_share),
@@ -107,8 +120,8 @@ def search(placement: Placement, micro_batches: int, memory: Number | Sequence[N
     limit -= budget.reserve(limit, micro_batches * len(placement.blocks))
     state = State(problem, micro_batches, Clock(limit, outer.t0), workers or DEFAULT_WORKERS, progress, budget,
                   objective)
-    race_share = (lambda b: b.fast_race_share) if mode == "fast" else (lambda b: b.race_share)
-    run_passes(state, (Pass("baselines", racing(race_share)), Pass("start", start)))
+    first = (Pass("baselines", racing(lambda b: b.fast_race_share)),) if mode == "fast" else ()
+    run_passes(state, (*first, Pass("start", start)))
     run_passes(state, PASSES[mode])
     run_passes(state, (Pass("orders", orders), Pass("final", final, always=True)))
     report = summary(state, mode)

@@ -1,10 +1,10 @@
 """Pass: the best schedule's per-device orders polished on the real durations (search/polish.py):
 micro-batches in order per block, ready tasks pulled into the idle gaps the grid's completion left,
-critical tasks moved earlier. It gets the clock left, at most half the time the search has spent
-(0.5 s at least), and keeps its result only when shorter."""
+critical tasks moved earlier. Its budget is work, not time: tasks replayed, about half the work
+of the search's solves (Budget.order_budget, their deterministic seconds) and a stall, so a loaded
+machine gives the same schedule; the clock's end is only a safety net. It keeps its result only
+when shorter."""
 from __future__ import annotations
-
-import time
 
 from ..budget import Clock
 from ..polish import polish
@@ -15,5 +15,5 @@ def orders(state: State, clock: Clock) -> None:
     s = state.best
     if s is None or state.objective != "makespan" or state.at_bound():
         return
-    seconds = min(clock.left(), max(0.5, state.clock.elapsed() / 2))
-    state.offer(polish(s, time.perf_counter() + seconds))
+    b = state.budget
+    state.offer(polish(s, b.order_budget(state.solver_work()), b.order_stall, clock.deadline))

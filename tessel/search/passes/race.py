@@ -24,11 +24,12 @@ def racing(share: Callable[[Budget], float]) -> Callable[[State, Clock], None]:
 
 def race(state: State, clock: Clock, share: float = 1.0) -> None:
     """The applicable baselines on the real placement, greedy (the slowest) last, into
-    state.rivals. One that would take more than `share` of the clock left is skipped."""
+    state.rivals, once. One that would take more than `share` of the clock left is skipped."""
     p, n = state.problem.placement, state.micro_batches
     tasks = n * len(p.blocks)
-    if tasks > BASELINE_TASKS or not state.budget.race:
+    if state.raced or tasks > BASELINE_TASKS or not state.budget.race:
         return
+    state.raced = True
     per_baseline = tasks * state.budget.baseline_per_task
     for name in sorted(raced(p), key=lambda x: x == "greedy"):  # torch's generators only on request
         if per_baseline > clock.left() * share:
