@@ -79,6 +79,7 @@ class Budget:
     race_share: float = 0.5  # the baselines raced at the start (skipped when one would take longer)
     fast_race_share: float = 0.8  # fast: its clock is short and the baselines are its best constructions
     race: bool = True  # race the baselines at all (off: the search's own schedule, for benchmarks)
+    race_late: float = 0.01  # tessel: a race expected to take at most this share waits for our own completion
     baseline_per_task: float = 3e-5  # seconds one baseline (no repetend) is expected to take per task, until measured
     start_share: float = 0.1  # constructions tried upward from the bound before one micro-batch at a time
     fit_share: float = 0.5  # the one-micro-batch solve that proves (or finds) that memory fits
@@ -97,8 +98,8 @@ class Budget:
     fast_large: float = 20.0  # ... and at FAST_LARGE_BLOCKS (linear between, proportional above)
     # -- completion and the end
     # the order polish (search/polish.py): tasks replayed, work not time (the same schedule on a loaded machine)
-    order_least: int = 50_000  # tasks replayed at least (about half a second on one core) ...
-    order_per_work: float = 400_000.0  # ... and per deterministic second of the search's solves (about half its time)
+    order_least: int = 100_000  # tasks replayed at least (about a second on one core) ...
+    order_per_work: float = 1_000_000.0  # ... and per deterministic second of the search's solves
     order_work: int = 4_000_000  # ... at most
     order_stall: int = 150  # replays without a shorter makespan after which the walk stops
     patience: float = 4.0  # the second round of completion waits this many times longer for an improvement
@@ -143,8 +144,8 @@ class Budget:
         return stall.seconds * self.solve_cap
 
     def order_budget(self, solver_work: float) -> int:
-        """Tasks the order polish may replay after solves of `solver_work` deterministic seconds:
-        about half the time the search spent, as work."""
+        """Tasks the order polish may replay after solves of `solver_work` deterministic seconds
+        (more for a search that worked harder, as the half of its time it used to get)."""
         return min(self.order_work, max(self.order_least, int(self.order_per_work * solver_work)))
 
     def stall(self, seconds: float) -> Stall:

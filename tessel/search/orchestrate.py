@@ -2,8 +2,8 @@
 given its share of one wall clock (budget.py); the lists below are the whole story.
 
 Every mode is anytime: before any solve it holds a valid schedule, a repetend that fits memory
-(a construction, or one micro-batch at a time; mode fast also the best of the applicable
-baselines), and every later pass only replaces it by a better one.
+(a construction, or one micro-batch at a time) and, unless the race waits (below), the best of
+the applicable baselines; every later pass only replaces it by a better one.
 
 tessel: the period search brackets between that repetend's period and the bound (periods it left
         undecided are tried again with more work on the clock it left), then completion.
@@ -12,9 +12,10 @@ exact:  the tessel schedule as a hint, then the whole N-micro-batch problem in o
 
 The applicable baselines race against the result up to race.BASELINE_TASKS tasks (N x blocks)
 and while one fits the race's share of the clock: the search never returns a schedule longer
-than any baseline that ran. Answer first: modes tessel and exact race them once their own
-repetend is completed, and only when that schedule does not meet the proven bound (no baseline
-can beat it then); mode fast races them first. The bound in the report is the best proven one
+than any baseline that ran. Answer first: when the race is cheap (race.cheap: at most
+Budget.race_late of the clock), modes tessel and exact run it, whole, after their own completion
+and only when that schedule misses the proven bound (no baseline can beat it then); otherwise,
+and always in mode fast, the race comes first. The bound in the report is the best proven one
 (bounds.py).
 """
 from __future__ import annotations
@@ -31,7 +32,7 @@ from .passes.complete import completion, deepest_repetend
 from .passes.final import final, summary
 from .passes.orders import orders
 from .passes.period import period_search, polish, retry
-from .passes.race import racing
+from .passes.race import cheap, late, racing
 from .passes.rivals import completed_baseline
 from .passes.start import start
 from .passes.whole import exact, hinted, whole
@@ -75,10 +76,9 @@ def run_passes(state: State, passes: Sequence[Pass]) -> None:
         state.lap(p.name, t0)
 
 
-RACE = Pass("baselines", racing(lambda b: b.race_share))  # once; skipped when our own schedule meets the bound
 COMPLETION = (
     Pass("completion", completion),  # warm-up and cool-down solves, each with a stall
-    RACE,  # mode fast raced them first (its clock is short and they are its best constructions)
+    Pass("baselines", late),  # the race, when cheap and not run first; skipped when ours meets the bound
     Pass("deepest", deepest_repetend, rivals=True, settle=True),  # Budget.deep_share for the deepest repetend, completed
     Pass("baselines", completed_baseline, rivals=True, settle=True),  # the best baseline on the grid, completed like ours
     Pass("whole", whole, rivals=True, settle=True),  # few tasks: one solve of the whole problem, with a stall
@@ -120,7 +120,8 @@ def search(placement: Placement, micro_batches: int, memory: Number | Sequence[N
     limit -= budget.reserve(limit, micro_batches * len(placement.blocks))
     state = State(problem, micro_batches, Clock(limit, outer.t0), workers or DEFAULT_WORKERS, progress, budget,
                   objective)
-    first = (Pass("baselines", racing(lambda b: b.fast_race_share)),) if mode == "fast" else ()
+    share = (lambda b: b.fast_race_share) if mode == "fast" else (lambda b: b.race_share)
+    first = () if mode != "fast" and cheap(state) else (Pass("baselines", racing(share)),)
     run_passes(state, (*first, Pass("start", start)))
     run_passes(state, PASSES[mode])
     run_passes(state, (Pass("orders", orders), Pass("final", final, always=True)))

@@ -1,9 +1,10 @@
 """Pass: the best schedule's per-device orders polished on the real durations (search/polish.py):
 micro-batches in order per block, ready tasks pulled into the idle gaps the grid's completion left,
-critical tasks moved earlier. Its budget is work, not time: tasks replayed, about half the work
-of the search's solves (Budget.order_budget, their deterministic seconds) and a stall, so a loaded
-machine gives the same schedule; the clock's end is only a safety net. It keeps its result only
-when shorter."""
+critical tasks moved earlier. Its budget is work, not time: tasks replayed, at least
+Budget.order_least and more in proportion to the search's solver work (their deterministic
+seconds; the wall-time budget it replaces was half the search's time), and a stall; so a loaded
+machine gives the same schedule, and the clock's end is only a safety net. It keeps its result
+only when shorter."""
 from __future__ import annotations
 
 from ..budget import Clock

@@ -1,4 +1,4 @@
-"""Pass: the applicable baselines raced at the start, the schedules the search must beat."""
+"""Pass: the applicable baselines raced, the schedules the search must beat."""
 from __future__ import annotations
 
 import logging
@@ -22,9 +22,24 @@ def racing(share: Callable[[Budget], float]) -> Callable[[State, Clock], None]:
     return run
 
 
-def race(state: State, clock: Clock, share: float = 1.0) -> None:
+def late(state: State, clock: Clock) -> None:
+    """The race after the search's own completion (mode tessel, when `cheap`): every baseline
+    runs, whatever the clock left, since the whole race was judged a small part of it."""
+    race(state, clock, None)
+
+
+def cheap(state: State) -> bool:
+    """The race is expected to take at most Budget.race_late of the search's clock, so it can
+    wait until the search's own schedule is known to miss the bound (and is skipped when not)."""
+    p, b = state.problem.placement, state.budget
+    expected = state.micro_batches * len(p.blocks) * b.baseline_per_task * len(raced(p))
+    return expected <= b.race_late * state.clock.limit
+
+
+def race(state: State, clock: Clock, share: float | None = 1.0) -> None:
     """The applicable baselines on the real placement, greedy (the slowest) last, into
-    state.rivals, once. One that would take more than `share` of the clock left is skipped."""
+    state.rivals, once. One that would take more than `share` of the clock left is skipped
+    (with no share, none is)."""
     p, n = state.problem.placement, state.micro_batches
     tasks = n * len(p.blocks)
     if state.raced or tasks > BASELINE_TASKS or not state.budget.race:
@@ -32,7 +47,7 @@ def race(state: State, clock: Clock, share: float = 1.0) -> None:
     state.raced = True
     per_baseline = tasks * state.budget.baseline_per_task
     for name in sorted(raced(p), key=lambda x: x == "greedy"):  # torch's generators only on request
-        if per_baseline > clock.left() * share:
+        if share is not None and per_baseline > clock.left() * share:
             log.info("baseline %s skipped: about %.1fs, over the race's share", name, per_baseline)
             continue
         t1 = time.perf_counter()
