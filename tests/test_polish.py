@@ -2,7 +2,8 @@
 where a schedule leaves a ready task waiting behind an idle gap."""
 from __future__ import annotations
 
-import time
+import itertools
+import threading
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -15,8 +16,6 @@ from tessel.schedule import Schedule
 from tessel.search.polish import polish
 from tessel.timing import orders_of, schedule_from_orders
 
-FAR = 60.0  # seconds: the walk stops when no move helps, long before this
-
 
 def test_scrambled_micro_batches_come_back_to_gpipe() -> None:
     # GPipe's orders with device 0's forwards in reverse micro-batch order: device 1 waits for the
@@ -28,7 +27,7 @@ def test_scrambled_micro_batches_come_back_to_gpipe() -> None:
     orders[0] = [next(back) if k[0] == "f0" else k for k in orders[0]]
     scrambled = schedule_from_orders(p, n, orders)
     assert scrambled.makespan > (n + 2) * 4
-    s = polish(scrambled, time.perf_counter() + FAR)
+    s = polish(scrambled)
     assert s.errors() == [] and s.makespan == (n + 2) * 4
     assert s.peak_memory == scrambled.peak_memory
 
@@ -41,10 +40,10 @@ def test_a_ready_forward_fills_the_gap_when_memory_allows() -> None:
     orders = [[("f0", 0), ("b1", 0), ("f0", 1), ("b1", 1)], [("f1", 0), ("b0", 0), ("f1", 1), ("b0", 1)]]
     one_at_a_time = schedule_from_orders(p, n, orders)
     assert one_at_a_time.makespan == 8
-    s = polish(one_at_a_time, time.perf_counter() + FAR)
+    s = polish(one_at_a_time)
     assert s.errors() == [] and s.makespan == 6 and s.peak_memory == (2, 1)
     tight = schedule_from_orders(p, n, orders, memory_limit=[1, 1])
-    assert polish(tight, time.perf_counter() + FAR) is tight
+    assert polish(tight) is tight
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -53,11 +52,46 @@ def test_polish_never_lengthens_nor_breaks_a_greedy_schedule(p: Placement, n: in
     s = BASELINES["greedy"](p, n, None)
     limit = [max(x, 0) for x in s.peak_memory]
     s = Schedule.build(p, n, s.start, limit)
-    out = polish(s, time.perf_counter() + FAR)
+    out = polish(s)
     assert out.errors() == [] and out.makespan <= s.makespan
     assert all(a <= b for a, b in zip(out.peak_memory, limit))
 
 
 def test_a_schedule_without_gaps_is_returned_as_it_is() -> None:
     s = BASELINES["gpipe"](library.vshape(1), 4, None)
-    assert polish(s, time.perf_counter() + FAR) is s
+    assert polish(s) is s
+
+
+def _one_f_one_b() -> Schedule:
+    # 1F1B on a 4-device X shape leaves gaps the walk fills over a few hundred replays
+    return BASELINES["1f1b"](library.xshape(4), 12, None)
+
+
+def test_the_walk_is_budgeted_in_work_so_a_loaded_machine_gives_the_same_schedule() -> None:
+    s = _one_f_one_b()
+    work = 60 * 12 * len(s.placement.blocks)  # 60 replays: the budget, not convergence, ends the walk
+    quiet = polish(s, work)
+    assert quiet.errors() == [] and quiet.makespan < s.makespan
+    assert quiet.to_dict() != polish(s).to_dict()  # the budget bound it
+    stop = threading.Event()
+
+    def busy() -> None:  # a competing thread: every replay takes longer in wall time
+        while not stop.is_set():
+            sum(range(10_000))
+
+    t = threading.Thread(target=busy)
+    t.start()
+    try:
+        loaded = polish(s, work)
+    finally:
+        stop.set()
+        t.join()
+    assert loaded.to_dict() == quiet.to_dict()
+    ticks = itertools.count()  # a clock on which every call takes a second, far from the deadline
+    assert polish(s, work, deadline=1e12, now=lambda: float(next(ticks))).to_dict() == quiet.to_dict()
+
+
+def test_the_deadline_is_only_a_safety_net() -> None:
+    s = _one_f_one_b()
+    assert polish(s, deadline=0.0, now=lambda: 1.0) is s  # past the search's time limit: nothing done
+    assert polish(s, stall=0) is s  # no replay allowed

@@ -3,9 +3,10 @@ unrolled schedules, the grid, constructions, kernels, the solver helper, complet
 from __future__ import annotations
 
 from fractions import Fraction
+from pathlib import Path
 
 import pytest
-from shared_files import suite_case
+from shared_files import checker_verdict, suite_case
 
 from tessel import library
 from tessel.placement import Block, Placement, make_placement
@@ -210,3 +211,29 @@ def test_an_undecided_period_is_tried_again_and_replaces_a_longer_repetend() -> 
     assert again.period_optimal and again.undecided == () and again.tried[-1][:2] == (1, p.period_bound)
     s = p.grid_schedule(12, again.modulo.unrolled(range(12)))
     assert s.errors() == []
+
+
+def test_answer_first_races_the_baselines_only_when_its_own_schedule_misses_the_bound(tmp_path: Path) -> None:
+    from tessel.search import search
+    case = suite_case("vshape-4")
+    s = search(placement("vshape-4"), 16, case["memory"], time_limit=30)
+    assert s.errors() == [] and s.makespan == s.meta["lower_bound"]  # 1F1B's own: nothing to race against
+    assert "baselines" not in s.meta["seconds"]
+    case = suite_case("xshape-6")
+    s = search(placement("xshape-6"), 16, case["memory"], time_limit=60)
+    s.save(tmp_path / "s.json")
+    checker_verdict(tmp_path / "s.json")
+    # 137 against the proven 136: the baselines raced (greedy's 140 lost), and the deep passes, which
+    # only might close the last 0.7%, were skipped within Budget.settle (27 s of them before)
+    assert s.errors() == [] and s.makespan <= 137 and "baselines" in s.meta["seconds"]
+    assert s.meta["gap"] <= Budget().settle and "deepest" in s.meta["statuses"]["settled"]
+    assert "deepest" not in s.meta["seconds"] and "completion_deep" not in s.meta["statuses"]
+
+
+@pytest.mark.slow
+def test_asked_to_prove_the_deep_passes_run_within_the_settling_gap() -> None:
+    from tessel.search import search
+    case = suite_case("xshape-6")
+    s = search(placement("xshape-6"), 16, case["memory"], time_limit=60, budget=Budget(prove=True))
+    assert s.errors() == [] and s.makespan <= 137
+    assert "settled" not in s.meta["statuses"] and "completion_deep" in s.meta["statuses"]

@@ -39,9 +39,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--time-limit", type=seconds, metavar="S",
                    help="seconds for the whole search, a wall clock (fast stops sooner when it stalls)")
     p.add_argument("--prove", action="store_true",
-                   help="once a good schedule is in hand, go on proving: solves run to their share of the time "
-                        "limit and the whole problem is solved for a bound (default: answer first, stop the "
-                        "moment a schedule meets the best proven bound)")
+                   help="once a good schedule is in hand, go on proving: the passes that only might improve "
+                        "it run, solves run to their share of the time limit and the whole problem is solved "
+                        "for a bound (default: answer first, stop the moment a schedule meets the best proven "
+                        "bound, and skip those passes within 1%% of it)")
     p.add_argument("--workers", type=workers, metavar="K", help=f"CP-SAT worker threads, 1..{MAX_WORKERS} (default 1: the same schedule every run; more may be faster but can differ)")
     p.add_argument("--ascii", action="store_true", help="print the schedule as ASCII")
     p.add_argument("--allow-unbounded-memory", action="store_true",

@@ -79,6 +79,7 @@ class Budget:
     race_share: float = 0.5  # the baselines raced at the start (skipped when one would take longer)
     fast_race_share: float = 0.8  # fast: its clock is short and the baselines are its best constructions
     race: bool = True  # race the baselines at all (off: the search's own schedule, for benchmarks)
+    race_late: float = 0.01  # tessel: a race expected to take at most this share waits for our own completion
     baseline_per_task: float = 3e-5  # seconds one baseline (no repetend) is expected to take per task, until measured
     own_builds: float = 4.0  # the search's own schedule at N costs about this many baseline builds (unroll,
     # compaction, kernel check, the validated schedule): skipped when a baseline at the bound is in hand
@@ -104,6 +105,11 @@ class Budget:
     # measured at load 7-10 on 2 shared cores): a count of rounds fixed by the limit, not a wall clock, so a
     # loaded machine gets the same schedule (32 devices, N = 128: 3 rounds at 128 blocks, 2 at 192)
     # -- completion and the end
+    # the order polish (search/polish.py): tasks replayed, work not time (the same schedule on a loaded machine)
+    order_least: int = 100_000  # tasks replayed at least (about a second on one core) ...
+    order_per_work: float = 1_000_000.0  # ... and per deterministic second of the search's solves
+    order_work: int = 4_000_000  # ... at most
+    order_stall: int = 150  # replays without a shorter makespan after which the walk stops
     patience: float = 4.0  # the second round of completion waits this many times longer for an improvement
     exact_hint_share: float = 0.3  # exact: the tessel schedule that hints the whole-problem solve
     repetend_builds: float = 6.0  # a raced baseline that wins: finding its repetend costs about this many builds
@@ -118,6 +124,7 @@ class Budget:
     solve_cap: float = 4.0  # several workers: a solve stops after this many stalls' seconds at most
     # -- answer first, prove on request
     prove: bool = False  # solves run to their share (no cap) and the whole problem is solved to prove (--prove)
+    settle: float = 0.01  # the passes that only may improve a good answer are skipped within this gap (unless prove)
 
     def working(self, time_limit: float) -> float:
         """Seconds of a command's --time-limit the work may take (the rest is the exit's)."""
@@ -147,6 +154,11 @@ class Budget:
         if self.prove or (workers or 1) <= 1:
             return math.inf
         return stall.seconds * self.solve_cap
+
+    def order_budget(self, solver_work: float) -> int:
+        """Tasks the order polish may replay after solves of `solver_work` deterministic seconds
+        (more for a search that worked harder, as the half of its time it used to get)."""
+        return min(self.order_work, max(self.order_least, int(self.order_per_work * solver_work)))
 
     def stall(self, seconds: float) -> Stall:
         return Stall(seconds, seconds * self.stall_work)

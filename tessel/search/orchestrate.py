@@ -1,9 +1,9 @@
 """`search()`: the orchestrator. A search is a list of passes (passes/) over one State, each
 given its share of one wall clock (budget.py); the lists below are the whole story.
 
-Every mode is anytime: before any solve it holds a valid schedule, the best of the applicable
-baselines and a repetend that fits memory (a construction, or one micro-batch at a time), and
-every later pass only replaces it by a better one.
+Every mode is anytime: before any solve it holds a valid schedule, a repetend that fits memory
+(a construction, or one micro-batch at a time) and, unless the race waits (below), the best of
+the applicable baselines; every later pass only replaces it by a better one.
 
 tessel: the period search brackets between that repetend's period and the bound (periods it left
         undecided are tried again with more work on the clock it left), then completion.
@@ -12,9 +12,14 @@ fast:   constructed repetend, the solver only polishes its span (stops when it s
 exact:  the tessel schedule as a hint, then the whole N-micro-batch problem in one solve.
 
 The applicable baselines race against the result up to race.BASELINE_TASKS tasks (N x blocks)
+The applicable baselines race against the result up to race.BASELINE_TASKS tasks (N x blocks)
 and while one fits the race's share of the clock, and above it those built in linear time (the
 first one whatever the clock says: the answer when time runs out): the search never returns a
-schedule longer than any baseline that ran. The bound in the report is the best proven one (bounds.py).
+schedule longer than any baseline that ran. Answer first: when the race is cheap (race.cheap: at
+most Budget.race_late of the clock), modes tessel and exact run it, whole, after their own
+completion and only when that schedule misses the proven bound (no baseline can beat it then);
+otherwise, and always in mode fast, the race comes first. The bound in the report is the best
+proven one (bounds.py).
 """
 from __future__ import annotations
 
@@ -31,7 +36,7 @@ from .passes.final import final, summary
 from .passes.justify import completion_after, justification
 from .passes.orders import orders
 from .passes.period import period_search, polish, retry
-from .passes.race import racing
+from .passes.race import cheap, late, racing
 from .passes.rivals import completed_baseline
 from .passes.start import start
 from .passes.whole import exact, hinted, whole
@@ -48,19 +53,27 @@ class Pass:
     of the clock left when it starts (None: all of it; the pass bounds its own solves). Answer
     first: a pass is skipped once the search's own schedule meets the proven bound, and with
     `rivals` once a raced baseline does (the search's own repetend is still found and completed
-    when a baseline meets the bound first: it unrolls, and a tie keeps it)."""
+    when a baseline meets the bound first: it unrolls, and a tie keeps it). A `settle` pass
+    only might improve a good answer, at a cost no stall bounds well (the solver's work per
+    second varies tenfold between models): it is skipped once the best schedule is within
+    Budget.settle of the proven bound, unless the search is asked to prove."""
     name: str
     run: Callable[[State, Clock], None]
     share: Callable[[Budget], float] | None = None
     rivals: bool = False
     always: bool = False
+    settle: bool = False
 
 
 def run_passes(state: State, passes: Sequence[Pass]) -> None:
     """Answer first: the passes in turn until a schedule meets the best proven bound (or a
-    baseline does, and the clock left cannot hold the search's own schedule: State.answered)."""
+    baseline does, and the clock left cannot hold the search's own schedule: State.answered; or,
+    for the passes that settle, comes within Budget.settle of it)."""
     for p in passes:
         if not p.always and (state.at_bound(p.rivals) or state.answered()):
+            continue
+        if p.settle and not state.budget.prove and state.at_bound(p.rivals, state.budget.settle):
+            state.statuses.setdefault("settled", []).append(p.name)
             continue
         t0 = time.perf_counter()
         clock = state.clock if p.share is None else state.clock.share(p.share(state.budget))
@@ -70,9 +83,10 @@ def run_passes(state: State, passes: Sequence[Pass]) -> None:
 
 COMPLETION = (
     Pass("completion", completion),  # warm-up and cool-down solves, each with a stall
-    Pass("deepest", deepest_repetend, rivals=True),  # Budget.deep_share for the deepest repetend, completed
-    Pass("baselines", completed_baseline, rivals=True),  # the best baseline on the grid, completed like ours
-    Pass("whole", whole, rivals=True),  # few tasks: one solve of the whole problem, with a stall
+    Pass("baselines", late),  # the race, when cheap and not run first; skipped when ours meets the bound
+    Pass("deepest", deepest_repetend, rivals=True, settle=True),  # Budget.deep_share for the deepest repetend, completed
+    Pass("baselines", completed_baseline, rivals=True, settle=True),  # the best baseline on the grid, completed like ours
+    Pass("whole", whole, rivals=True, settle=True),  # few tasks: one solve of the whole problem, with a stall
 )
 TESSEL = (
     Pass("repetend", period_search, lambda b: b.repetend_share),
@@ -115,8 +129,9 @@ def search(placement: Placement, micro_batches: int, memory: Number | Sequence[N
     limit -= budget.reserve(limit, micro_batches * len(placement.blocks))
     state = State(problem, micro_batches, Clock(limit, outer.t0), workers or DEFAULT_WORKERS, progress, budget,
                   objective)
-    race_share = (lambda b: b.fast_race_share) if mode == "fast" else (lambda b: b.race_share)
-    run_passes(state, (Pass("baselines", racing(race_share)), Pass("start", start)))
+    share = (lambda b: b.fast_race_share) if mode == "fast" else (lambda b: b.race_share)
+    first = () if mode != "fast" and cheap(state) else (Pass("baselines", racing(share)),)
+    run_passes(state, (*first, Pass("start", start)))
     run_passes(state, PASSES[mode])
     run_passes(state, (Pass("orders", orders), Pass("final", final, always=True)))
     report = summary(state, mode)

@@ -4,8 +4,7 @@ The repetend and the completion are solved on an integer grid; with fractional c
 latency the grid rounds every block up, and a completion solve stopped on a stall leaves idle
 gaps in the warm-up and the cool-down. Replayed on the real durations (orders kept), such a gap
 often has a task behind it on the same device whose inputs were ready before the task after the
-gap ends: a
-ZB-V-like warm-up needs the forward of the next micro-batch or a pending W run there, not the
+gap ends: a ZB-V-like warm-up needs the forward of the next micro-batch or a pending W run there, not the
 task the grid's order put first.
 
 First every block takes its micro-batches in increasing order (a solver's warm-up often starts
@@ -14,18 +13,24 @@ move takes such a task (single-device, at most LOOKAHEAD places later) and puts 
 the task after the gap; the orders are replayed as early as they allow (tessel.timing) and the move
 is kept when the makespan, then the sum of the task ends, gets smaller and no device's memory
 goes over its limit (memory depends on the order only: a device allocates at a task's start and
-frees at the end of an earlier one, so the level along its order is a running sum). The walk
-When no gap move helps, a task on the critical path that waited for its device (not for its
-inputs) jumps a few places earlier on it (the job shop's critical-path neighbourhood). The walk
-repeats until no move helps or its deadline passes; every kept schedule is validated by the four
+frees at the end of an earlier one, so the level along its order is a running sum). When no
+gap move helps, a task on the critical path that waited for its device (not for its inputs)
+jumps a few places earlier on it (the job shop's critical-path neighbourhood). The walk repeats
+until no move helps or its budget is spent; every kept schedule is validated by the four
 rules. The repetend is kept when the polished schedule still unrolls with it, dropped otherwise
 (the schedule is still the one for its micro-batches).
+
+The walk's budget is work, not time: at most `work` tasks replayed in all (a replay of the whole
+schedule costs its task count), so the same schedule comes back on a loaded machine, later. The
+deadline is only a safety net for the search's time limit (only a polish cut by it can differ
+between runs, as with a solve cut by CP-SAT's time limit).
 """
 from __future__ import annotations
 
 import logging
+import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ..key import Key
@@ -37,6 +42,8 @@ log = logging.getLogger(__name__)
 LOOKAHEAD = 24  # places later a task may come from
 JUMP = 4  # places earlier a critical task may jump
 MOST_TASKS = 20_000  # above this many tasks one replay costs too much for the walk to pay
+WORK = 2_000_000  # tasks replayed in all by default, some 10 s on one core (a search passes Budget.order_budget)
+STALL = 150  # replays without a shorter makespan before the walk stops (Budget.order_stall)
 
 
 @dataclass(frozen=True)
@@ -47,27 +54,54 @@ class _State:
     ends: Number  # the sum of all task ends: shorter warm-ups show here before the makespan moves
 
 
-def polish(s: Schedule, deadline: float) -> Schedule:
-    """`s` with idle gaps filled by later ready tasks, as far as `deadline` (time.perf_counter())
-    allows; `s` itself when no move helps."""
+class _Work:
+    """The walk's budget: `tasks` replayed in all (a replay costs the schedule's task count), and
+    `stall` replays since the makespan last got shorter (only a shorter makespan is kept; on the
+    library placements each step down came within 70 replays of the last); both deterministic.
+    The wall-clock deadline of the search's time limit, on `now`'s clock, is only a safety net."""
+
+    def __init__(self, tasks: int, stall: int, deadline: float, now: Callable[[], float]) -> None:
+        self.left, self.stall, self.deadline, self.now = tasks, stall, deadline, now
+        self.since = self.replays = 0
+
+    def going(self) -> bool:
+        return self.left > 0 and self.since < self.stall and self.now() < self.deadline
+
+    def replay(self, p: Placement, n: int, orders: list[list[Key]]) -> _State | None:
+        """The orders replayed as early as they allow, charged to the budget; None on a deadlock."""
+        self.left -= n * len(p.blocks)
+        self.since += 1
+        self.replays += 1
+        return _replay(p, n, orders)
+
+
+def polish(s: Schedule, work: int = WORK, stall: int = STALL, deadline: float = math.inf,
+           now: Callable[[], float] = time.perf_counter) -> Schedule:
+    """`s` with idle gaps filled by later ready tasks, replaying at most `work` tasks in all and
+    `stall` times since the makespan last got shorter (and stopping at `deadline` on `now`'s
+    clock, the search's time limit); `s` itself when no move makes it shorter."""
     p, n = s.placement, s.micro_batches
-    if n * len(p.blocks) > MOST_TASKS or time.perf_counter() >= deadline:
+    budget = _Work(work, stall, deadline, now)
+    if n * len(p.blocks) > MOST_TASKS or not budget.going():
         return s
-    cur = _replay(p, n, orders_of(s))
+    cur = budget.replay(p, n, orders_of(s))
     if cur is None:
         return s
     moves = 0
-    fifo = _replay(p, n, _in_order(orders_of(s)))
+    fifo = budget.replay(p, n, _in_order(orders_of(s)))
     if fifo is not None and _better(fifo, cur):
         cur, moves = fifo, 1
-    while time.perf_counter() < deadline:
-        nxt = _improve(p, n, cur, s.memory_limit, deadline)
+    while budget.going():
+        nxt = _improve(p, n, cur, s.memory_limit, budget)
         if nxt is None:
             break
+        if nxt.makespan < cur.makespan - EPS:
+            budget.since = 0
         cur, moves = nxt, moves + 1
+    log.info("polish: %d moves in %d replays (%d tasks of work left)", moves, budget.replays, budget.left)
     if moves == 0 or cur.makespan >= s.makespan - EPS:
         return s
-    log.info("polish: %d moves, makespan %s -> %s", moves, s.makespan, cur.makespan)
+    log.info("polish: makespan %s -> %s", s.makespan, cur.makespan)
     return _rebuilt(s, cur)
 
 
@@ -97,8 +131,9 @@ def _replay(p: Placement, n: int, orders: list[list[Key]]) -> _State | None:
     return _State(orders, start, max(ends) - min(start.values()), sum(ends))
 
 
-def _improve(p: Placement, n: int, cur: _State, limit: Sequence[Number] | None, deadline: float) -> _State | None:
-    """The first move, earliest gap first, that makes the schedule better; None when none does."""
+def _improve(p: Placement, n: int, cur: _State, limit: Sequence[Number] | None, budget: _Work) -> _State | None:
+    """The first move, earliest gap first, that makes the schedule better; None when none does
+    (or the budget is spent)."""
     by = p.by_id
     end = {k: t + by[k[0]].duration for k, t in cur.start.items()}
     gaps = []
@@ -115,17 +150,16 @@ def _improve(p: Placement, n: int, cur: _State, limit: Sequence[Number] | None, 
             moved = order[:i] + [order[j]] + order[i:j] + order[j + 1:]
             if limit is not None and _peak(p, moved) > limit[d] + EPS:
                 continue
-            orders = [moved if e == d else o for e, o in enumerate(cur.orders)]
-            new = _replay(p, n, orders)
+            if not budget.going():
+                return None
+            new = budget.replay(p, n, [moved if e == d else o for e, o in enumerate(cur.orders)])
             if new is not None and _better(new, cur):
                 return new
-            if time.perf_counter() >= deadline:
-                return None
-    return _critical_move(p, n, cur, end, limit, deadline)
+    return _critical_move(p, n, cur, end, limit, budget)
 
 
 def _critical_move(p: Placement, n: int, cur: _State, end: dict[Key, Number], limit: Sequence[Number] | None,
-                   deadline: float) -> _State | None:
+                   budget: _Work) -> _State | None:
     """A task on the critical path that waited for its device runs up to JUMP places earlier (the
     job shop's critical-path neighbourhood): the first such move that makes the schedule better."""
     for d, i in _critical_arcs(p, cur, end):
@@ -134,11 +168,11 @@ def _critical_move(p: Placement, n: int, cur: _State, end: dict[Key, Number], li
             moved = order[:k] + [order[i]] + order[k:i] + order[i + 1:]
             if limit is not None and _peak(p, moved) > limit[d] + EPS:
                 continue
-            new = _replay(p, n, [moved if e == d else o for e, o in enumerate(cur.orders)])
+            if not budget.going():
+                return None
+            new = budget.replay(p, n, [moved if e == d else o for e, o in enumerate(cur.orders)])
             if new is not None and _better(new, cur):
                 return new
-            if time.perf_counter() >= deadline:
-                return None
     return None
 
 

@@ -53,6 +53,8 @@ VarKey = Key | PatternVar
 # solves running now, so that a signal can stop them (see stop_all_solves)
 _running: set[cp_model.CpSolver] = set()
 _running_lock = threading.Lock()
+# the deterministic seconds of work this thread's solves have done (a search runs in one thread)
+_work = threading.local()
 
 
 
@@ -216,6 +218,7 @@ class Model:
             code = solver.solve(self.cp, callback)
         if watcher:
             watcher.done.set()
+        _work.seconds = work_done() + solver.response_proto.deterministic_time
         return self._result(solver, code, phase, t0)
 
     def _result(self, solver: cp_model.CpSolver, code: Any, phase: str, t0: float) -> SolveResult:
@@ -243,6 +246,12 @@ def _solver(time_limit: float | None, workers: int | None, prove: bool) -> cp_mo
     if prove:
         _proving(solver.parameters)
     return solver
+
+
+def work_done() -> float:
+    """Deterministic seconds of CP-SAT work that this thread's solves have done so far: with one
+    worker the same count on a loaded machine, so a budget made of it keeps results the same."""
+    return float(getattr(_work, "seconds", 0.0))
 
 
 def stop_all_solves() -> int:

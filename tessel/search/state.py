@@ -17,7 +17,7 @@ from .budget import Budget, Clock
 from .modulo import Modulo
 from .problem import Problem
 from .repetend import RepetendResult
-from .solver import Progress
+from .solver import Progress, work_done
 
 
 @dataclass
@@ -30,6 +30,7 @@ class State:
     budget: Budget
     objective: str = "makespan"
     rivals: list[Schedule] = field(default_factory=list)  # the raced baselines on the real placement
+    raced: bool = False  # whether the race ran (it runs once, when the search's own schedule needs it)
     start: Modulo | None = None  # a repetend that fits memory, before any period search
     repetend: RepetendResult | None = None  # the period search's (or fast's construction's) result
     modulo: Modulo | None = None  # the repetend `best` completes
@@ -40,6 +41,7 @@ class State:
     per_task: float | None = None  # seconds per task a linear build took here (race.py), once measured
     _bound: tuple[Number, str] | None = None  # the arguments' bound (bounds.proven_lower_bound), once
     _relaxed: bool = False  # the one-device relaxation has run (--prove only)
+    _work0: float = field(default_factory=work_done)  # the thread's solver work when the search began
 
     def report(self, **update: Any) -> None:
         if self.progress:
@@ -47,6 +49,10 @@ class State:
 
     def lap(self, phase: str, since: float) -> None:
         self.seconds[phase] = round(self.seconds.get(phase, 0.0) + time.perf_counter() - since, 3)
+
+    def solver_work(self) -> float:
+        """Deterministic seconds of solver work the search has done so far (solver.work_done)."""
+        return work_done() - self._work0
 
     def value(self, s: Schedule) -> Number:
         return objective_value(s, self.objective)
@@ -132,11 +138,11 @@ class State:
         own schedule (Budget.own_builds builds): the search answers with the baseline now."""
         return self.at_bound(True) and not self.affords(self.budget.own_builds)
 
-    def at_bound(self, rivals: bool = True) -> bool:
+    def at_bound(self, rivals: bool = True, gap: float = 0.0) -> bool:
         """The best schedule so far (with `rivals`, a raced baseline's too) meets the best
-        proven bound: no pass can improve it, so the search answers now."""
+        proven bound (within `gap` of it): no pass can improve it, so the search answers now."""
         v = self.best_value(rivals)
-        return v is not None and v <= self.lower_bound()[0] + EPS
+        return v is not None and v <= self.lower_bound()[0] * (1 + gap) + EPS
 
 
 def objective_value(s: Schedule, objective: str = "makespan") -> Number:

@@ -1,10 +1,11 @@
 """Pass: the best schedule's per-device orders polished on the real durations (search/polish.py):
 micro-batches in order per block, ready tasks pulled into the idle gaps the grid's completion left,
-critical tasks moved earlier. It gets the clock left, at most half the time the search has spent
-(0.5 s at least), and keeps its result only when shorter."""
+critical tasks moved earlier. Its budget is work, not time: tasks replayed, at least
+Budget.order_least and more in proportion to the search's solver work (their deterministic
+seconds; the wall-time budget it replaces was half the search's time), and a stall; so a loaded
+machine gives the same schedule, and the clock's end is only a safety net. It keeps its result
+only when shorter."""
 from __future__ import annotations
-
-import time
 
 from ..budget import Clock
 from ..polish import polish
@@ -15,5 +16,5 @@ def orders(state: State, clock: Clock) -> None:
     s = state.best
     if s is None or state.objective != "makespan" or state.at_bound():
         return
-    seconds = min(clock.left(), max(0.5, state.clock.elapsed() / 2))
-    state.offer(polish(s, time.perf_counter() + seconds))
+    b = state.budget
+    state.offer(polish(s, b.order_budget(state.solver_work()), b.order_stall, clock.deadline))

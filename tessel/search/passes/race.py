@@ -1,4 +1,4 @@
-"""Pass: the applicable baselines raced at the start, the schedules the search must beat.
+"""Pass: the applicable baselines raced (first, or late when cheap), the schedules the search must beat.
 
 Up to BASELINE_TASKS tasks every raced baseline runs while it fits the race's share of the clock.
 Above, only those built in time linear in the tasks (baselines.linear) run: the first of them
@@ -29,13 +29,29 @@ def racing(share: Callable[[Budget], float]) -> Callable[[State, Clock], None]:
     return run
 
 
-def race(state: State, clock: Clock, share: float = 1.0) -> None:
+def late(state: State, clock: Clock) -> None:
+    """The race after the search's own completion (mode tessel, when `cheap`): every baseline
+    runs, whatever the clock left, since the whole race was judged a small part of it."""
+    race(state, clock, None)
+
+
+def cheap(state: State) -> bool:
+    """The race is expected to take at most Budget.race_late of the search's clock, so it can
+    wait until the search's own schedule is known to miss the bound (and is skipped when not)."""
+    p, b = state.problem.placement, state.budget
+    expected = state.micro_batches * len(p.blocks) * b.baseline_per_task * len(raced(p))
+    return expected <= b.race_late * state.clock.limit
+
+
+def race(state: State, clock: Clock, share: float | None = 1.0) -> None:
     """The applicable baselines on the real placement, greedy (the slowest) last, into
-    state.rivals. One that would take more than `share` of the clock left is skipped."""
+    state.rivals, once. One that would take more than `share` of the clock left is skipped
+    (with no share, none is)."""
     p, n = state.problem.placement, state.micro_batches
     tasks = n * len(p.blocks)
-    if not state.budget.race:
+    if state.raced or not state.budget.race:
         return
+    state.raced = True
     large = tasks > BASELINE_TASKS
     names = sorted(raced(p), key=lambda x: x == "greedy")  # torch's generators only on request
     if large:  # gpipe last: it holds all N micro-batches' activations, the first to miss a limit
@@ -43,14 +59,14 @@ def race(state: State, clock: Clock, share: float = 1.0) -> None:
     per_baseline = tasks * state.budget.baseline_per_task
     for name in names:
         fallback = large and not state.rivals  # the answer in hand, however short the clock
-        if per_baseline > clock.left() * share and not fallback:
+        if share is not None and per_baseline > clock.left() * share and not fallback:
             log.info("baseline %s skipped: about %.1fs, over the race's share", name, per_baseline)
             continue
-        t1 = time.perf_counter()
+        t1 = time.process_time()  # CPU, not wall: a loaded machine makes no baseline more work
         try:  # without its repetend: a few times cheaper; found later if this one wins
             state.rivals.append(run_baseline(name, p, n, state.problem.real_limit(), repetend=False))
         except (BaselineError, ScheduleError) as e:  # it does not fit this placement or memory
             log.info("baseline %s not a candidate: %s", name, e)
-        per_baseline = time.perf_counter() - t1
+        per_baseline = time.process_time() - t1
         if state.per_task is None and state.rivals:
             state.per_task = per_baseline / tasks

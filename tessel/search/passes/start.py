@@ -13,13 +13,14 @@ from ..fast import NoFitError, sequential, starting_repetend
 from ..modulo import Modulo, steady_memory
 from ..problem import MemoryLimitError, Problem, least_memory, limits_hint
 from ..state import State
+from .race import race
 
 
 def start(state: State, clock: Clock) -> None:
     """state.start: the smallest construction that fits (Budget.start_share of the clock), else
     one micro-batch at a time, else a solve of one micro-batch (Budget.fit_share); raises
     MemoryLimitError when the solver proves that not even one micro-batch fits. When nothing is
-    decided in time the best raced baseline stands in as state.best."""
+    decided in time the best baseline (raced now if it was not yet) stands in as state.best."""
     p, b = state.problem, state.budget
     try:
         state.start = starting_repetend(p, clock.share(b.start_share))
@@ -31,6 +32,7 @@ def start(state: State, clock: Clock) -> None:
     if res.status == "infeasible":
         raise no_fit(p) from None
     if not res.found:
+        race(state, clock)  # mode tessel races the baselines later, when its own schedule needs them
         if state.rivals:
             state.best = min(state.rivals, key=state.value)
             return

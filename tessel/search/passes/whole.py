@@ -46,7 +46,7 @@ def hinted(passes: Callable[[State, Clock], None]) -> Callable[[State, Clock], N
         if state.start is None:
             return
         sub = State(state.problem, state.micro_batches, clock, state.workers, state.progress, state.budget,
-                    state.objective, rivals=state.rivals, start=state.start)
+                    state.objective, rivals=state.rivals, raced=state.raced, start=state.start)
         passes(sub, clock)
         state.statuses.update(hint=sub.statuses)
         state.repetend, state.modulo, state.best = sub.repetend, sub.modulo, sub.best
