@@ -97,6 +97,7 @@ class Budget:
     fast_large: float = 20.0  # ... and at FAST_LARGE_BLOCKS (linear between, proportional above)
     # -- completion and the end
     patience: float = 4.0  # the second round of completion waits this many times longer for an improvement
+    orders_share: float = 0.2  # of the limit kept from the passes before it for the order polish (passes/orders.py)
     exact_hint_share: float = 0.3  # exact: the tessel schedule that hints the whole-problem solve
     repetend_builds: float = 6.0  # a raced baseline that wins: finding its repetend costs about this many builds
     # -- stalls: seconds without a better solution after which a solve stops

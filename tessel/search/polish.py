@@ -12,14 +12,17 @@ First every block takes its micro-batches in increasing order (a solver's warm-u
 them scrambled, each overtaking costing a latency and a wait), when that is better. Then one
 move takes such a task (single-device, at most LOOKAHEAD places later) and puts it in front of
 the task after the gap; the orders are replayed as early as they allow (tessel.timing) and the move
-is kept when the makespan, then the sum of the task ends, gets smaller and no device's memory
-goes over its limit (memory depends on the order only: a device allocates at a task's start and
-frees at the end of an earlier one, so the level along its order is a running sum). The walk
-When no gap move helps, a task on the critical path that waited for its device (not for its
-inputs) jumps a few places earlier on it (the job shop's critical-path neighbourhood). The walk
-repeats until no move helps or its deadline passes; every kept schedule is validated by the four
-rules. The repetend is kept when the polished schedule still unrolls with it, dropped otherwise
-(the schedule is still the one for its micro-batches).
+is kept when the makespan, then the sum of the task ends (a sink's, a W's, weighing SINK_WEIGHT),
+gets smaller and no device's memory goes over its limit (memory depends on the order only: a
+device allocates at a task's start and frees at the end of an earlier one, so the level along its
+order is a running sum). When no gap move helps, a task on the critical path that waited for its
+device (not for its inputs) jumps a few places earlier on it (the job shop's critical-path
+neighbourhood); then a sink that held up the task after it moves a few places later (ZB's deferred
+W: the cool-down's B passes run back to back and the W passes fill its bubbles). The walk repeats
+until no move helps, its deadline passes or it has replayed REPLAYS orders (a budget of work: the
+result does not depend on the machine's load when the deadline is far); every kept schedule is
+validated by the four rules. The repetend is kept when the polished schedule still unrolls with
+it, dropped otherwise (the schedule is still the one for its micro-batches).
 """
 from __future__ import annotations
 
@@ -37,6 +40,22 @@ log = logging.getLogger(__name__)
 LOOKAHEAD = 24  # places later a task may come from
 JUMP = 4  # places earlier a critical task may jump
 MOST_TASKS = 20_000  # above this many tasks one replay costs too much for the walk to pay
+# a sink (a W: nothing waits for it) ending later costs only this much of the tie-break: running
+# one after the task it held up (ZB's deferred W) is then a gain, not a loss of the same size
+SINK_WEIGHT = 0.01
+REPLAYS = 3000  # replays of the orders one polish makes at most (about 2-5 ms each at 200 tasks)
+
+
+class _Stop:
+    """When the walk stops: at `deadline` (time.perf_counter()) or after `replays` replays."""
+
+    def __init__(self, deadline: float, replays: int) -> None:
+        self.deadline, self.left = deadline, replays
+
+    def out(self, replayed: int = 1) -> bool:
+        """Count `replayed` replays; whether the walk must stop now."""
+        self.left -= replayed
+        return self.left <= 0 or time.perf_counter() >= self.deadline
 
 
 @dataclass(frozen=True)
@@ -44,14 +63,15 @@ class _State:
     orders: list[list[Key]]
     start: dict[Key, Number]
     makespan: Number
-    ends: Number  # the sum of all task ends: shorter warm-ups show here before the makespan moves
+    ends: Number  # the task ends summed (sinks weigh SINK_WEIGHT): shorter warm-ups show here first
 
 
-def polish(s: Schedule, deadline: float) -> Schedule:
+def polish(s: Schedule, deadline: float, replays: int = REPLAYS) -> Schedule:
     """`s` with idle gaps filled by later ready tasks, as far as `deadline` (time.perf_counter())
-    allows; `s` itself when no move helps."""
+    and `replays` replays of its orders allow; `s` itself when no move helps."""
     p, n = s.placement, s.micro_batches
-    if n * len(p.blocks) > MOST_TASKS or time.perf_counter() >= deadline:
+    stop = _Stop(deadline, replays)
+    if n * len(p.blocks) > MOST_TASKS or stop.out(0):
         return s
     cur = _replay(p, n, orders_of(s))
     if cur is None:
@@ -60,11 +80,12 @@ def polish(s: Schedule, deadline: float) -> Schedule:
     fifo = _replay(p, n, _in_order(orders_of(s)))
     if fifo is not None and _better(fifo, cur):
         cur, moves = fifo, 1
-    while time.perf_counter() < deadline:
-        nxt = _improve(p, n, cur, s.memory_limit, deadline)
+    while not stop.out(0):
+        nxt = _improve(p, n, cur, s.memory_limit, stop)
         if nxt is None:
             break
         cur, moves = nxt, moves + 1
+        stop.out()  # the replay that found it
     if moves == 0 or cur.makespan >= s.makespan - EPS:
         return s
     log.info("polish: %d moves, makespan %s -> %s", moves, s.makespan, cur.makespan)
@@ -92,12 +113,13 @@ def _replay(p: Placement, n: int, orders: list[list[Key]]) -> _State | None:
         start = earliest_starts(p, n, orders)
     except DeadlockError:
         return None
-    by = p.by_id
-    ends = [t + by[b].duration for (b, _), t in start.items()]
-    return _State(orders, start, max(ends) - min(start.values()), sum(ends))
+    by, succs = p.by_id, p.succs
+    ends = [(t + by[b].duration, b) for (b, _), t in start.items()]
+    weighted = sum(e if succs[b] else e * SINK_WEIGHT for e, b in ends)
+    return _State(orders, start, max(e for e, _ in ends) - min(start.values()), weighted)
 
 
-def _improve(p: Placement, n: int, cur: _State, limit: Sequence[Number] | None, deadline: float) -> _State | None:
+def _improve(p: Placement, n: int, cur: _State, limit: Sequence[Number] | None, stop: _Stop) -> _State | None:
     """The first move, earliest gap first, that makes the schedule better; None when none does."""
     by = p.by_id
     end = {k: t + by[k[0]].duration for k, t in cur.start.items()}
@@ -119,13 +141,13 @@ def _improve(p: Placement, n: int, cur: _State, limit: Sequence[Number] | None, 
             new = _replay(p, n, orders)
             if new is not None and _better(new, cur):
                 return new
-            if time.perf_counter() >= deadline:
+            if stop.out():
                 return None
-    return _critical_move(p, n, cur, end, limit, deadline)
+    return _critical_move(p, n, cur, end, limit, stop) or _defer_move(p, n, cur, end, limit, stop)
 
 
 def _critical_move(p: Placement, n: int, cur: _State, end: dict[Key, Number], limit: Sequence[Number] | None,
-                   deadline: float) -> _State | None:
+                   stop: _Stop) -> _State | None:
     """A task on the critical path that waited for its device runs up to JUMP places earlier (the
     job shop's critical-path neighbourhood): the first such move that makes the schedule better."""
     for d, i in _critical_arcs(p, cur, end):
@@ -137,8 +159,29 @@ def _critical_move(p: Placement, n: int, cur: _State, end: dict[Key, Number], li
             new = _replay(p, n, [moved if e == d else o for e, o in enumerate(cur.orders)])
             if new is not None and _better(new, cur):
                 return new
-            if time.perf_counter() >= deadline:
+            if stop.out():
                 return None
+    return None
+
+
+def _defer_move(p: Placement, n: int, cur: _State, end: dict[Key, Number], limit: Sequence[Number] | None,
+                stop: _Stop) -> _State | None:
+    """A sink (a W) that held up the task after it on its device runs up to JUMP places later:
+    ZB's idea that a weight gradient waits for the critical B and F passes, found here by the walk.
+    The first such move that makes the schedule better (its memory is held longer: checked)."""
+    for d, order in enumerate(cur.orders):
+        for i in range(len(order) - 1):
+            if p.succs[order[i][0]] or not p.succs[order[i + 1][0]] or cur.start[order[i + 1]] > end[order[i]] + EPS:
+                continue
+            for k in range(i + 2, min(i + 2 + JUMP, len(order) + 1)):
+                moved = order[:i] + order[i + 1:k] + [order[i]] + order[k:]
+                if limit is not None and _peak(p, moved) > limit[d] + EPS:
+                    break  # later still holds its memory longer
+                new = _replay(p, n, [moved if e == d else o for e, o in enumerate(cur.orders)])
+                if new is not None and _better(new, cur):
+                    return new
+                if stop.out():
+                    return None
     return None
 
 

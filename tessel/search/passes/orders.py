@@ -1,7 +1,9 @@
 """Pass: the best schedule's per-device orders polished on the real durations (search/polish.py):
 micro-batches in order per block, ready tasks pulled into the idle gaps the grid's completion left,
-critical tasks moved earlier. It gets the clock left, at most half the time the search has spent
-(0.5 s at least), and keeps its result only when shorter."""
+critical tasks moved earlier, weight passes moved later. It polishes the search's own schedule, or
+the best raced baseline when that one is shorter (a hand-made order leaves gaps under real costs
+and latency too). It gets the clock left (Budget.orders_share of the limit is kept for it), at most
+half the time the search has spent (0.5 s at least), and keeps its result only when shorter."""
 from __future__ import annotations
 
 import time
@@ -15,5 +17,10 @@ def orders(state: State, clock: Clock) -> None:
     s = state.best
     if s is None or state.objective != "makespan" or state.at_bound():
         return
+    rival = min(state.rivals, key=state.value, default=None)
+    if rival is not None and state.value(rival) < state.value(s):
+        s = rival.with_meta(base=f"{rival.meta.get('method')}+polish")
     seconds = min(clock.left(), max(0.5, state.clock.elapsed() / 2))
-    state.offer(polish(s, time.perf_counter() + seconds))
+    out = polish(s, time.perf_counter() + seconds)
+    if out is not s:
+        state.offer(out)
