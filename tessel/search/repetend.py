@@ -199,7 +199,8 @@ class _Search:
         self.tried.append((1, T, res.status))
         if res.found:
             return _Found(modulo_of(res.values, self.problem, T), "solver", res.status), res.status
-        relaxed = self.relaxed(T, hint) if self.going() else None
+        # proven infeasible: no repetend at T fits the limits, so none without them would either
+        relaxed = self.relaxed(T, hint) if res.status != "infeasible" and self.going() else None
         if relaxed is not None:
             return relaxed, relaxed.status
         if fitting:
