@@ -109,7 +109,7 @@ def search(placement: Placement, micro_batches: int, memory: Number | Sequence[N
     # the order polish is kept a share: a completion stopped by the clock would leave it none
     # (mode exact gives the solver's proof all of it)
     polished = mode != "exact" and objective == "makespan" and micro_batches * len(placement.blocks) <= MOST_TASKS
-    state = State(problem, micro_batches, Clock(limit * (1 - budget.orders_share * polished), outer.t0),
+    state = State(problem, micro_batches, Clock(limit - budget.orders_reserve(limit) * polished, outer.t0),
                   workers or DEFAULT_WORKERS, progress, budget, objective)
     race_share = (lambda b: b.fast_race_share) if mode == "fast" else (lambda b: b.race_share)
     run_passes(state, (Pass("baselines", racing(race_share)), Pass("start", start)))
