@@ -24,6 +24,7 @@ memory, and who won. The full grid of the issue (p in {4, 6, 8, 16}, m in {2p, 3
 A subset (what fits a shared machine):
 
     .venv/bin/python bench/vpeers.py --zb-repo PATH --p 4 --time-limit 5 -o bench/results/peers-v.md
+    .venv/bin/python bench/vpeers.py --zb-repo PATH --p 6 --time-limit 5 -o bench/results/peers-v-p6.md
 """
 from __future__ import annotations
 
