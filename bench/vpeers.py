@@ -14,7 +14,8 @@ Costs: unit (F = B = W = 1) or profiled (F/B/W = 1.0/0.976/0.504 per stage, the 
 profile); latency 0 or 0.032 (profiled) / 0.5 (unit). On `zbv` and `interleaved-zb` a chunk has half
 a stage's costs. Memory rows: each peer's own per-device peak (the peers that fit it compete), and
 1F1B's (M_B: p stage activations; 2p chunks). Each row: `tessel` (default mode, every raced
-baseline: tessel's own dualpipev and zero-bubble family included, torch's orders not), `alone`
+baseline: tessel's own dualpipev, interleaved-zb-h1 and zero-bubble family included, torch's orders
+not; the best of them polished when it beats the search's own), `alone`
 (Budget(race=False): the repetend, completion and polish only), the best peer under the row's
 memory, and who won. The full grid of the issue (p in {4, 6, 8, 16}, m in {2p, 3p, 4p}, 20 s):
 
@@ -23,6 +24,7 @@ memory, and who won. The full grid of the issue (p in {4, 6, 8, 16}, m in {2p, 3
 A subset (what fits a shared machine):
 
     .venv/bin/python bench/vpeers.py --zb-repo PATH --p 4 --time-limit 5 -o bench/results/peers-v.md
+    .venv/bin/python bench/vpeers.py --zb-repo PATH --p 6 --time-limit 5 -o bench/results/peers-v-p6.md
 """
 from __future__ import annotations
 

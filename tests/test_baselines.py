@@ -29,7 +29,7 @@ APPLIES = {
     "finetune": {"gpipe", "1f1b", "greedy"},
     "zb": {"gpipe", "1f1b", "zb-h1", "zb-h2", "greedy"},
     "zbv": {"gpipe", "1f1b", "zb-v", "zb-v-half", "zb-v-min", "zb-v-hand", "dualpipev", "greedy"},
-    "interleaved-zb": {"gpipe", "1f1b", "interleaved", "greedy"},
+    "interleaved-zb": {"gpipe", "1f1b", "interleaved", "interleaved-zb-h1", "greedy"},
 }
 if torch_available():  # torch's own generators, where their shape fits
     APPLIES["zbv"] |= {"torch-zbv", "torch-dualpipev"}
@@ -121,6 +121,25 @@ def test_zb_v_hand_keeps_1f1bs_memory(p: int, extra: int, f: int, b: int, w: int
     s = check(BASELINES["zb-v-hand"](z, n, None), "zb-v-hand")
     assert s.peak_memory == (2 * p,) * p
     assert n * 2 * (f + b + w) <= s.makespan <= BASELINES["1f1b"](z, n, None).makespan
+
+
+@FEW
+@given(p=st.integers(1, 5), v=st.integers(2, 3), groups=st.integers(1, 3), f=st.integers(1, 3),
+       b=st.integers(1, 3), w=st.integers(1, 3))
+def test_interleaved_zb_h1_holds_v_p_activations_and_beats_interleaved(p: int, v: int, groups: int, f: int,
+                                                                       b: int, w: int) -> None:
+    # by hand: device r's warm-up of (v - 1)p + p - r - 1 forwards plus the r weight passes it keeps
+    # back give v p chunk activations on every device once n >= p; its W passes fill the cool-down,
+    # so it is never longer than Megatron's order with each W right after its B (which holds more)
+    z = library.interleaved_zb(p, v, forward=f, backward=b, weight=w)
+    n = groups * p
+    s = check(BASELINES["interleaved-zb-h1"](z, n, None), "interleaved-zb-h1")
+    assert s.peak_memory == (v * p,) * p
+    mega = BASELINES["interleaved"](z, n, None)
+    assert n * v * (f + b + w) <= s.makespan <= mega.makespan
+    assert max(mega.peak_memory) >= v * p
+    with pytest.raises(BaselineError, match="split into B and W"):
+        BASELINES["interleaved-zb-h1"](library.interleaved(max(p, 2), v), 2 * max(p, 2), None)
 
 
 def test_dualpipev_with_profiled_costs_and_latency_is_valid() -> None:

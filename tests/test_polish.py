@@ -95,3 +95,22 @@ def test_the_deadline_is_only_a_safety_net() -> None:
     s = _one_f_one_b()
     assert polish(s, deadline=0.0, now=lambda: 1.0) is s  # past the search's time limit: nothing done
     assert polish(s, stall=0) is s  # no replay allowed
+
+
+def test_weight_passes_held_up_behind_their_b_move_into_the_cool_down() -> None:
+    # ZB-V's hand-made orders on the V with every W run right after its B: each W then delays the
+    # next B of the cool-down, 40 against 38; the walk defers them (a W's end weighs little in the
+    # tie-break, so a B earlier is worth it) and gets ZB-V's makespan back within ZB-V's memory
+    z, n = library.zbv(3, forward=1, backward=1, weight=1), 6
+    hand = BASELINES["zb-v-hand"](z, n, None)
+    at_once = []
+    for order in orders_of(hand):
+        run: list[tuple[str, int]] = []
+        for b, m in (k for k in order if k[0] not in ("w0", "w1", "w2", "w3", "w4", "w5")):
+            run += [(b, m), ("w" + b[1:], m)] if b.startswith("b") else [(b, m)]
+        at_once.append(run)
+    s = schedule_from_orders(z, n, at_once, memory_limit=list(hand.peak_memory))
+    assert s.makespan == 40 and hand.makespan == 38
+    out = polish(s)
+    assert out.errors() == [] and out.makespan == 38
+    assert all(a <= b for a, b in zip(out.peak_memory, hand.peak_memory))

@@ -237,3 +237,18 @@ def test_asked_to_prove_the_deep_passes_run_within_the_settling_gap() -> None:
     s = search(placement("xshape-6"), 16, case["memory"], time_limit=60, budget=Budget(prove=True))
     assert s.errors() == [] and s.makespan <= 137
     assert "settled" not in s.meta["statuses"] and "completion_deep" in s.meta["statuses"]
+
+
+def test_a_period_the_limits_leave_unsolved_is_solved_without_them_when_that_fits() -> None:
+    # ZB-V's costs on the V: without memory constraints the bound's period is solved at once, and
+    # that repetend fits 1F1B's limits (9, 9, 10, 10); where its span is
+    # optimal it is optimal there too (the same objective under fewer constraints)
+    from tessel.search.repetend import _Search
+    p = library.zbv(4, forward=0.5, backward=0.488, weight=0.252, latency=0.032)
+    problem = make_problem(p, [9, 9, 10, 10], 8)
+    run = _Search(problem, Clock(60.0), 1, None, Budget())
+    T = problem.period_bound
+    found = run.relaxed(T, constructions(problem, T)[0])
+    assert found is not None and found.modulo.period == T and fits(problem, found.modulo)
+    assert run.tried == [(1, T, found.status)] and found.status in ("optimal", "feasible")
+    assert _Search(make_problem(p, None, 8), Clock(60.0), 1, None, Budget()).relaxed(T, None) is None

@@ -15,6 +15,7 @@ from tessel.baselines.schedules import _v_chain
 from tessel.baselines.torch_orders import _check_complete, torch_orders
 from tessel.baselines.zbv_hand import zbv_hand_orders
 from tessel.schedule import Schedule
+from tessel.timing import orders_of
 
 pytest.importorskip("torch")
 PROFILED = dict(forward=0.5, backward=0.488, weight=0.252, latency=0.032)  # the ZB repository's, per chunk
@@ -38,6 +39,15 @@ def test_torch_zbv_is_tessels_zb_v_hand_task_for_task(p: int) -> None:
     z = library.zbv(p)
     for n in (1, 2 * p - 1, 2 * p, 3 * p + 1):
         assert torch_orders(z, "torch-zbv", n) == zbv_hand_orders(z, _v_chain(z, "zb-v-hand"), n)
+
+
+@pytest.mark.parametrize("p,v", [(2, 2), (3, 3), (4, 2), (6, 2)])
+def test_torch_interleaved_zb_is_tessels_interleaved_zb_h1_task_for_task(p: int, v: int) -> None:
+    # torch's generator and tessel's construction from ZB-H1's two ideas give the same orders
+    z = library.interleaved_zb(p, v, **PROFILED)
+    for n in (p, 2 * p, 3 * p):
+        ours = valid(BASELINES["interleaved-zb-h1"](z, n, None), "interleaved-zb-h1")
+        assert torch_orders(z, "torch-interleaved-zb", n) == [list(o) for o in orders_of(ours)]
 
 
 @pytest.mark.parametrize("p,v", [(2, 2), (4, 2), (4, 3)])

@@ -111,6 +111,8 @@ class Budget:
     order_work: int = 4_000_000  # ... at most
     order_stall: int = 150  # replays without a shorter makespan after which the walk stops
     patience: float = 4.0  # the second round of completion waits this many times longer for an improvement
+    orders_share: float = 0.2  # of the limit kept from the passes before it for the order polish (passes/orders.py) ...
+    orders_cap: float = 3.0  # ... seconds at most (its replay budget takes about that at 400 tasks)
     exact_hint_share: float = 0.3  # exact: the tessel schedule that hints the whole-problem solve
     repetend_builds: float = 6.0  # a raced baseline that wins: finding its repetend costs about this many builds
     # -- stalls: seconds without a better solution after which a solve stops
@@ -133,6 +135,10 @@ class Budget:
     def reserve(self, limit: float, tasks: int) -> float:
         """Seconds kept back from the phases: building and checking schedules of `tasks` tasks."""
         return min(limit * self.reserve_share + tasks * self.reserve_per_task, limit * 0.5)
+
+    def orders_reserve(self, limit: float) -> float:
+        """Seconds of a search's limit the passes before the order polish leave it."""
+        return min(limit * self.orders_share, self.orders_cap)
 
     def fast_limit(self, blocks: int) -> float:
         """Mode fast's own ceiling on its wall clock, whatever the time limit says."""

@@ -40,6 +40,7 @@ from .passes.race import cheap, late, racing
 from .passes.rivals import completed_baseline
 from .passes.start import start
 from .passes.whole import exact, hinted, whole
+from .polish import MOST_TASKS
 from .problem import make_problem
 from .solver import DEFAULT_WORKERS, Progress
 from .state import State, objective_value
@@ -127,12 +128,16 @@ def search(placement: Placement, micro_batches: int, memory: Number | Sequence[N
     if mode == "fast":
         limit = min(limit, budget.fast_limit(len(placement.blocks)))
     limit -= budget.reserve(limit, micro_batches * len(placement.blocks))
-    state = State(problem, micro_batches, Clock(limit, outer.t0), workers or DEFAULT_WORKERS, progress, budget,
-                  objective)
+    # the order polish is kept a share: a completion stopped by the clock would leave it none
+    # (mode exact gives the solver's proof all of it)
+    polished = mode != "exact" and objective == "makespan" and micro_batches * len(placement.blocks) <= MOST_TASKS
+    state = State(problem, micro_batches, Clock(limit - budget.orders_reserve(limit) * polished, outer.t0),
+                  workers or DEFAULT_WORKERS, progress, budget, objective)
     share = (lambda b: b.fast_race_share) if mode == "fast" else (lambda b: b.race_share)
     first = () if mode != "fast" and cheap(state) else (Pass("baselines", racing(share)),)
     run_passes(state, (*first, Pass("start", start)))
     run_passes(state, PASSES[mode])
+    state.clock = Clock(limit, outer.t0)
     run_passes(state, (Pass("orders", orders), Pass("final", final, always=True)))
     report = summary(state, mode)
     assert state.best is not None, "the start pass leaves a repetend or a baseline"

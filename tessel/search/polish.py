@@ -11,14 +11,16 @@ First every block takes its micro-batches in increasing order (a solver's warm-u
 them scrambled, each overtaking costing a latency and a wait), when that is better. Then one
 move takes such a task (single-device, at most LOOKAHEAD places later) and puts it in front of
 the task after the gap; the orders are replayed as early as they allow (tessel.timing) and the move
-is kept when the makespan, then the sum of the task ends, gets smaller and no device's memory
-goes over its limit (memory depends on the order only: a device allocates at a task's start and
-frees at the end of an earlier one, so the level along its order is a running sum). When no
-gap move helps, a task on the critical path that waited for its device (not for its inputs)
-jumps a few places earlier on it (the job shop's critical-path neighbourhood). The walk repeats
-until no move helps or its budget is spent; every kept schedule is validated by the four
-rules. The repetend is kept when the polished schedule still unrolls with it, dropped otherwise
-(the schedule is still the one for its micro-batches).
+is kept when the makespan, then the sum of the task ends (a sink's, a W's, weighing SINK_WEIGHT),
+gets smaller and no device's memory goes over its limit (memory depends on the order only: a
+device allocates at a task's start and frees at the end of an earlier one, so the level along its
+order is a running sum). When no gap move helps, a task on the critical path that waited for its
+device (not for its inputs) jumps a few places earlier on it (the job shop's critical-path
+neighbourhood); then a sink that held up the task after it moves a few places later (ZB's deferred
+W: the cool-down's B passes run back to back and the W passes fill its bubbles). The walk repeats
+until no move helps or its budget is spent; every kept schedule is validated by the four rules.
+The repetend is kept when the polished schedule still unrolls with it, dropped otherwise (the
+schedule is still the one for its micro-batches).
 
 The walk's budget is work, not time: at most `work` tasks replayed in all (a replay of the whole
 schedule costs its task count), so the same schedule comes back on a loaded machine, later. The
@@ -44,6 +46,9 @@ JUMP = 4  # places earlier a critical task may jump
 MOST_TASKS = 20_000  # above this many tasks one replay costs too much for the walk to pay
 WORK = 2_000_000  # tasks replayed in all by default, some 10 s on one core (a search passes Budget.order_budget)
 STALL = 150  # replays without a shorter makespan before the walk stops (Budget.order_stall)
+# a sink (a W: nothing waits for it) ending later costs only this much of the tie-break: running
+# one after the task it held up (ZB's deferred W) is then a gain, not a loss of the same size
+SINK_WEIGHT = 0.01
 
 
 @dataclass(frozen=True)
@@ -51,7 +56,7 @@ class _State:
     orders: list[list[Key]]
     start: dict[Key, Number]
     makespan: Number
-    ends: Number  # the sum of all task ends: shorter warm-ups show here before the makespan moves
+    ends: Number  # the task ends summed (sinks weigh SINK_WEIGHT): shorter warm-ups show here first
 
 
 class _Work:
@@ -126,9 +131,10 @@ def _replay(p: Placement, n: int, orders: list[list[Key]]) -> _State | None:
         start = earliest_starts(p, n, orders)
     except DeadlockError:
         return None
-    by = p.by_id
-    ends = [t + by[b].duration for (b, _), t in start.items()]
-    return _State(orders, start, max(ends) - min(start.values()), sum(ends))
+    by, succs = p.by_id, p.succs
+    ends = [(t + by[b].duration, b) for (b, _), t in start.items()]
+    weighted = sum(e if succs[b] else e * SINK_WEIGHT for e, b in ends)
+    return _State(orders, start, max(e for e, _ in ends) - min(start.values()), weighted)
 
 
 def _improve(p: Placement, n: int, cur: _State, limit: Sequence[Number] | None, budget: _Work) -> _State | None:
@@ -155,7 +161,7 @@ def _improve(p: Placement, n: int, cur: _State, limit: Sequence[Number] | None, 
             new = budget.replay(p, n, [moved if e == d else o for e, o in enumerate(cur.orders)])
             if new is not None and _better(new, cur):
                 return new
-    return _critical_move(p, n, cur, end, limit, budget)
+    return _critical_move(p, n, cur, end, limit, budget) or _defer_move(p, n, cur, end, limit, budget)
 
 
 def _critical_move(p: Placement, n: int, cur: _State, end: dict[Key, Number], limit: Sequence[Number] | None,
@@ -173,6 +179,27 @@ def _critical_move(p: Placement, n: int, cur: _State, end: dict[Key, Number], li
             new = budget.replay(p, n, [moved if e == d else o for e, o in enumerate(cur.orders)])
             if new is not None and _better(new, cur):
                 return new
+    return None
+
+
+def _defer_move(p: Placement, n: int, cur: _State, end: dict[Key, Number], limit: Sequence[Number] | None,
+                budget: _Work) -> _State | None:
+    """A sink (a W) that held up the task after it on its device runs up to JUMP places later:
+    ZB's idea that a weight gradient waits for the critical B and F passes, found here by the walk.
+    The first such move that makes the schedule better (its memory is held longer: checked)."""
+    for d, order in enumerate(cur.orders):
+        for i in range(len(order) - 1):
+            if p.succs[order[i][0]] or not p.succs[order[i + 1][0]] or cur.start[order[i + 1]] > end[order[i]] + EPS:
+                continue
+            for k in range(i + 2, min(i + 2 + JUMP, len(order) + 1)):
+                moved = order[:i] + order[i + 1:k] + [order[i]] + order[k:]
+                if limit is not None and _peak(p, moved) > limit[d] + EPS:
+                    break  # later still holds its memory longer
+                if not budget.going():
+                    return None
+                new = budget.replay(p, n, [moved if e == d else o for e, o in enumerate(cur.orders)])
+                if new is not None and _better(new, cur):
+                    return new
     return None
 
 

@@ -199,9 +199,30 @@ class _Search:
         self.tried.append((1, T, res.status))
         if res.found:
             return _Found(modulo_of(res.values, self.problem, T), "solver", res.status), res.status
+        # proven infeasible: no repetend at T fits the limits, so none without them would either
+        relaxed = self.relaxed(T, hint) if res.status != "infeasible" and self.going() else None
+        if relaxed is not None:
+            return relaxed, relaxed.status
         if fitting:
             return _Found(fitting[0], "construction", res.status), res.status
         return None, res.status
+
+    def relaxed(self, T: int, hint: Modulo | None) -> _Found | None:
+        """When the solve under the memory limits found nothing in its slice: the same period
+        without them (a smaller model, often solved at once), kept when its repetend fits the
+        limits after all; optimal there, it is optimal here too (same span, fewer constraints)."""
+        if not self.problem.limited_devices():
+            return None
+        free = replace(self.problem, limit=None)
+        res = solve_period(free, T, self.slice(), self.workers, hint, self.progress, 1, self.stall)
+        if not res.found:
+            return None
+        mod = modulo_of(res.values, self.problem, T)
+        if not fits(self.problem, mod):
+            return None
+        status = "optimal" if res.status == "optimal" else "feasible"
+        self.tried.append((1, T, status))
+        return _Found(mod, "solver", status)
 
     def bracket(self, lo: int, best: _Found) -> _Found:
         """The smallest period of one micro-batch in [lo, best's period): the bound first, then

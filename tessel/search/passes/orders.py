@@ -1,10 +1,11 @@
 """Pass: the best schedule's per-device orders polished on the real durations (search/polish.py):
 micro-batches in order per block, ready tasks pulled into the idle gaps the grid's completion left,
-critical tasks moved earlier. Its budget is work, not time: tasks replayed, at least
-Budget.order_least and more in proportion to the search's solver work (their deterministic
-seconds; the wall-time budget it replaces was half the search's time), and a stall; so a loaded
-machine gives the same schedule, and the clock's end is only a safety net. It keeps its result
-only when shorter."""
+critical tasks moved earlier, weight passes moved later. It polishes the search's own schedule, or
+the best raced baseline when that one is shorter (a hand-made order leaves gaps under real costs
+and latency too). Its budget is work, not time: tasks replayed, at least Budget.order_least and
+more in proportion to the search's solver work (their deterministic seconds), and a stall; so a
+loaded machine gives the same schedule, and the clock's end (Budget.orders_share of the limit is
+kept for it) is only a safety net. It keeps its result only when shorter."""
 from __future__ import annotations
 
 from ..budget import Clock
@@ -16,5 +17,10 @@ def orders(state: State, clock: Clock) -> None:
     s = state.best
     if s is None or state.objective != "makespan" or state.at_bound():
         return
+    rival = min(state.rivals, key=state.value, default=None)
+    if rival is not None and state.value(rival) < state.value(s):
+        s = rival.with_meta(base=f"{rival.meta.get('method')}+polish")
     b = state.budget
-    state.offer(polish(s, b.order_budget(state.solver_work()), b.order_stall, clock.deadline))
+    out = polish(s, b.order_budget(state.solver_work()), b.order_stall, clock.deadline)
+    if out is not s:
+        state.offer(out)
