@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from tessel import graph, library
 from tessel.baselines import BASELINES
-from tessel.baselines.schedules import one_f_one_b
 from tessel.baselines.shapes import components as block_components
+from tessel.baselines.shapes import one_f_one_b
 from tessel.numeric import fmt, integral, rounded, snap
 from tessel.placement import Block, make_placement
 from tessel.schedule import windows

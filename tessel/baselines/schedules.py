@@ -54,7 +54,8 @@ from ..schedule import normalise_limit
 from ..timing import earliest_starts
 from .dualpipe import dualpipev_orders
 from .engine import Pool, Pools, backward_first, list_schedule, memory_need, one_group, reservations
-from .shapes import FORWARD_PHASE, BaselineError, Chain, chain, check_phases, components, single_chain
+from .interleaved import interleaved, interleaved_fits, interleaved_zb, interleaved_zb_fits
+from .shapes import FORWARD_PHASE, BaselineError, Chain, chain, check_phases, components, one_f_one_b, single_chain
 from .torch_orders import TORCH, torch_chain, torch_orders
 from .zbv_hand import zbv_hand_orders
 from .zero_bubble import Plan, zero_bubble_starts
@@ -211,15 +212,6 @@ def _stage_1f1b(c: Chain, stage: int, micro_batches: int) -> list[Key]:
     return one_f_one_b(fwd, bwd, warm)
 
 
-def one_f_one_b(fwd: Sequence[Key], bwd: Sequence[Key], warm: int) -> list[Key]:
-    """The 1F1B order of one stage: `warm` forwards, then forward-backward pairs, then the
-    backwards left (the cool-down)."""
-    order = list(fwd[:warm])
-    for k in range(len(fwd) - warm):
-        order += [fwd[warm + k], bwd[k]]
-    return order + list(bwd[len(fwd) - warm:])
-
-
 def _unit_times(p: Placement, c: Chain, micro_batches: int) -> Starts:
     """One pipeline's stand-alone 1F1B start times over one unit's micro-batches."""
     part = _part(p, c.forward + c.backward)
@@ -259,76 +251,6 @@ def _greedy(p: Placement, n: int, limit: Limit) -> Starts:
                                     f"(its blocks' allocations), over its limit {lim[d]:g}")
             caps[(d, g)] = lim[d]
     return list_schedule(p, n, backward_first(p), Pools(group, caps))
-
-
-# ---- interleaved ----------------------------------------------------------------------------
-def _looped(p: Placement) -> tuple[Chain, int]:
-    c = single_chain(p, "interleaved")
-    devs = c.devices(p)
-    first = devs[:p.devices]
-    if not c.backward or (c.weight and len(c.weight) != len(c.backward)):
-        raise BaselineError("interleaved needs a looped pipeline with every backward whole or every one split")
-    if sorted(first) != list(range(p.devices)) or any(d != first[k % p.devices] for k, d in enumerate(devs)):
-        raise BaselineError("interleaved needs a looped pipeline: stage k on the (k mod p)-th device")
-    chunks = len(devs) // p.devices
-    if chunks < 2 or len(devs) % p.devices:
-        raise BaselineError(f"interleaved needs >= 2 model chunks per device; placement {p.name} has "
-                            f"{len(devs)} stages on {p.devices} devices (use 1f1b)")
-    return c, chunks
-
-
-def _interleaved_fits(p: Placement) -> None:
-    _looped(p)
-
-
-def _interleaved(p: Placement, n: int, limit: Limit) -> Starts:
-    """Megatron's warm-up of 2(p - r - 1) + (v - 1)p forwards on device r; each W right after its B."""
-    return earliest_starts(p, n, _interleaved_orders(p, n, lambda r, k, v: (k - r - 1) * 2 + (v - 1) * k,
-                                                     lambda r: 0))
-
-
-def _interleaved_zb_fits(p: Placement) -> None:
-    c, _ = _looped(p)
-    if len(c.weight) != len(c.backward):
-        raise BaselineError("interleaved-zb-h1 needs every backward split into B and W (placement interleaved-zb)")
-
-
-def _interleaved_zb(p: Placement, n: int, limit: Limit) -> Starts:
-    """ZB-H1's two ideas on the looped pipeline: a warm-up of (v - 1)p + p - r - 1 forwards on
-    device r (Megatron's less the p - r - 1 second-round ones, so v p activations at most) and
-    device r keeping r weight passes back, which fill its cool-down's bubbles."""
-    return earliest_starts(p, n, _interleaved_orders(p, n, lambda r, k, v: (v - 1) * k + k - r - 1,
-                                                     lambda r: r))
-
-
-def _interleaved_orders(p: Placement, n: int, warm_of: Callable[[int, int, int], int],
-                        lag_of: Callable[[int], int]) -> list[list[Key]]:
-    """Interleaved 1F1B orders: device r runs warm_of(r, p, v) forwards first; a split backward's
-    W runs once lag_of(r) later B passes are queued behind it (0: right after its B)."""
-    c, v = _looped(p)
-    k_dev = p.devices
-    if n % k_dev:
-        raise BaselineError(f"interleaved needs micro-batches a multiple of the {k_dev} devices, got {n}")
-    s = len(c.forward)
-
-    def micro(k: int) -> int:
-        return (k // (k_dev * v)) * k_dev + k % k_dev
-
-    orders: list[list[Key]] = [[] for _ in range(k_dev)]
-    total = n * v
-    for r, dev in enumerate(c.devices(p)[:k_dev]):
-        fwd = [(c.forward[((k // k_dev) % v) * k_dev + r], micro(k)) for k in range(total)]
-        bwd = [(c.backward[s - 1 - ((v - 1 - (k // k_dev) % v) * k_dev + r)], micro(k)) for k in range(total)]
-        order: list[Key] = []
-        held: list[Key] = []
-        for key in one_f_one_b(fwd, bwd, min(warm_of(r, k_dev, v), total)):
-            order.append(key)
-            if key[0] in c.weight:
-                held.append((c.weight[key[0]], key[1]))
-                if len(held) > lag_of(r):
-                    order.append(held.pop(0))
-        orders[dev] = order + held
-    return orders
 
 
 # ---- zb-h1 ----------------------------------------------------------------------------------
@@ -435,7 +357,7 @@ REGISTRY: dict[str, Baseline] = {
     "gpipe": Baseline(_gpipe_fits, _gpipe, linear=_always),
     "1f1b": Baseline(lambda p: _training_fits(p, "1f1b"), _1f1b, _few,
                      linear=lambda p: _plain_pipeline(p) is not None),
-    "interleaved": Baseline(_interleaved_fits, _interleaved, lambda p: (p.devices,), linear=_always),
+    "interleaved": Baseline(interleaved_fits, interleaved, lambda p: (p.devices,), linear=_always),
     "chimera": Baseline(_chimera_fits, _chimera, lambda p: (math.ceil(p.devices / 2),), linear=_always),
     "zb-h1": Baseline(_zb_h1_fits, _zb_h1, _few, linear=_always),
     # memory in micro-batches of activations per device; 1F1B's is p
@@ -449,5 +371,5 @@ REGISTRY: dict[str, Baseline] = {
     "greedy": Baseline(lambda p: None, _greedy, _few),
     # after greedy: charts give a baseline its colour by this order (tessel.viz.compare), so a new
     # one takes the next colour and leaves the others theirs (the race still runs greedy last)
-    "interleaved-zb-h1": Baseline(_interleaved_zb_fits, _interleaved_zb, lambda p: (p.devices,)),
+    "interleaved-zb-h1": Baseline(interleaved_zb_fits, interleaved_zb, lambda p: (p.devices,)),
 }

@@ -6,10 +6,12 @@ weight block after each backward on its device. Nothing else connects them.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .. import graph
 from ..errors import TesselError
+from ..key import Key
 from ..placement import Placement
 
 
@@ -98,3 +100,12 @@ def single_chain(p: Placement, method: str) -> Chain:
         return chain(p, comps[0])
     except BaselineError as e:
         raise BaselineError(f"{method} needs a pipeline placement: {e}") from None
+
+
+def one_f_one_b(fwd: Sequence[Key], bwd: Sequence[Key], warm: int) -> list[Key]:
+    """The 1F1B order of one stage: `warm` forwards, then forward-backward pairs, then the
+    backwards left (the cool-down)."""
+    order = list(fwd[:warm])
+    for k in range(len(fwd) - warm):
+        order += [fwd[warm + k], bwd[k]]
+    return order + list(bwd[len(fwd) - warm:])
