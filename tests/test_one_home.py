@@ -20,7 +20,7 @@ ONE_HOME = [
     ("union-find", r"root\[x\] = root\[root\[x\]\]", "graph.py"),
     ("the ancestor closure", r"\.union\(\*\(\{a\} \| anc\[a\]", "graph.py"),
     ("the integer snap", r"int\(round\(x\)\) if abs\(x - round\(x\)\) < EPS", "numeric.py"),
-    ("the 1F1B pair loop", r"order \+= \[fwd\[warm \+ \w+\], bwd\[\w+\]\]", "baselines/schedules.py"),
+    ("the 1F1B pair loop", r"order \+= \[fwd\[warm \+ \w+\], bwd\[\w+\]\]", "baselines/shapes.py"),
     ("one schedule on every rank", r"the ranks hold different schedules", "runtime/share.py"),
     ("the schedule's canonical JSON", r"json\.dumps\(\w+(\.to_dict\(\))?, sort_keys=True", "runtime/share.py"),
     ("is it a file or a name", r"def \w*is_file\w*\(", "io.py"),

@@ -39,8 +39,10 @@ def cheap(state: State) -> bool:
     """The race is expected to take at most Budget.race_late of the search's clock, so it can
     wait until the search's own schedule is known to miss the bound (and is skipped when not)."""
     p, b = state.problem.placement, state.budget
-    expected = state.micro_batches * len(p.blocks) * b.baseline_per_task * len(raced(p))
-    return expected <= b.race_late * state.clock.limit
+    tasks = state.micro_batches * len(p.blocks)
+    if tasks > BASELINE_TASKS:  # the linear baselines race first there: the answer when time runs out
+        return False
+    return tasks * b.baseline_per_task * len(raced(p)) <= b.race_late * state.clock.limit
 
 
 def race(state: State, clock: Clock, share: float | None = 1.0) -> None:
