@@ -78,8 +78,43 @@ def hold_time(p: Placement, first: str, last: str) -> Number:
     return dist[last] + p.by_id[last].duration
 
 
+HOLD_WORK = 5_000_000  # memory pairs x blocks up to which each pair's hold is its longest path (quadratic above)
+
+
+def holds_of(p: Placement, pairs: int) -> Callable[[str, str], Number]:
+    """hold_time while `pairs` longest paths are cheap, else chain_hold(p): a lower bound of it in O(1)."""
+    return (lambda a, r: hold_time(p, a, r)) if pairs * len(p.blocks) <= HOLD_WORK else chain_hold(p)
+
+
+def chain_hold(p: Placement) -> Callable[[str, str], Number]:
+    """A least time from the start of a to the end of r (its descendant) in O(1) after one pass:
+    the length of one path from a to r, a lower bound of the longest (hold_time), along
+    consecutive blocks of the topological order where each is an edge; else a's least gap to a
+    successor and r's duration. For thousands of devices, where a longest path per memory pair
+    is quadratic."""
+    order = p.topo_order
+    at = {b: i for i, b in enumerate(order)}
+    run, prefix = [0], [0.0]
+
+    def gap(x: str, y: str) -> Number:
+        return p.by_id[x].duration + p.edge_latency(x, y)
+
+    for k in range(1, len(order)):
+        x, y = order[k - 1], order[k]
+        linked = y in p.succs[x]
+        run.append(run[-1] if linked else k)
+        prefix.append(prefix[-1] + gap(x, y) if linked else 0.0)
+
+    def hold(a: str, r: str) -> Number:
+        i, j = at[a], at[r]
+        path = prefix[j] - prefix[i] if run[j] <= i else min(gap(a, y) for y in p.succs[a])
+        return path + p.by_id[r].duration
+    return hold
+
+
 def memory_lower_bound(p: Placement, micro_batches: int, device: int, holds: Sequence[tuple[str, str, Number]],
-                       limit: Number) -> Number:
+                       limit: Number, pt: Paths | None = None,
+                       hold: Callable[[str, str], Number] | None = None) -> Number:
     """Little's law over a whole run: every micro-batch holds `amount` on the device from the
     start of an allocating block to the end of its releasing one, for at least their hold time;
     the memory level never exceeds `limit`, so the memory-time N * sum(amount * hold) fits in
@@ -88,8 +123,9 @@ def memory_lower_bound(p: Placement, micro_batches: int, device: int, holds: Seq
     device's period cannot be shorter than what k allow."""
     if not holds or limit <= 0:
         return 0
-    pt = paths(p)
-    held = sum(amount * hold_time(p, a, r) for a, r, amount in holds)
+    pt = pt or paths(p)
+    hold = hold or holds_of(p, len(holds))
+    held = sum(amount * hold(a, r) for a, r, amount in holds)
     head = min(pt.earliest[a] for a, _, _ in holds)
     tail = min(pt.tail[r] - p.by_id[r].duration for _, r, _ in holds)
     return head + micro_batches * held / limit + tail
@@ -140,8 +176,9 @@ def proven_lower_bound(p: Placement, micro_batches: int, memory: Sequence[tuple[
     shard = shard_lower_bound(p, micro_batches)
     if shard > best[0] + EPS:
         best = (shard, "shard")
+    pt, hold = paths(p), holds_of(p, sum(len(holds) for _, holds, _ in memory))  # once: linear per device
     for d, holds, limit in memory:
-        x = memory_lower_bound(p, micro_batches, d, holds, limit)
+        x = memory_lower_bound(p, micro_batches, d, holds, limit, pt, hold)
         if x > best[0] + EPS:
             best = (x, "memory")
     if device is None:

@@ -111,3 +111,21 @@ def test_the_search_proves_its_zero_bubble_schedule_optimal_with_latency(tmp_pat
     checker_verdict(tmp_path / "s.json")
     assert s.meta["bound_source"] == "device" and s.meta["status"] == "optimal"
     assert s.makespan == s.meta["lower_bound"] > bounds.lower_bound(p, 12)
+
+
+@pytest.mark.parametrize("name", ["vshape", "xshape", "mshape", "kshape", "zbv", "interleaved", "alphafold"])
+def test_the_chain_hold_is_a_path_so_never_above_the_longest(name: str) -> None:
+    """Little's law at thousands of devices takes one path per memory pair (bounds.chain_hold) instead
+    of the longest: it must stay a lower bound of the longest, and equal it on a plain chain."""
+    p = library.build(name, devices=4)
+    p = make_placement(p.name, p.devices, p.blocks, p.edges, latency=0.5)
+    hold = bounds.chain_hold(p)
+    ancestors: dict[str, set[str]] = {b: set() for b in p.topo_order}
+    for x in p.topo_order:
+        for y in p.succs[x]:
+            ancestors[y] |= ancestors[x] | {x}
+    pairs = [(a, r) for r in p.topo_order for a in ancestors[r]]
+    assert pairs
+    assert all(hold(a, r) <= bounds.hold_time(p, a, r) + 1e-9 for a, r in pairs)
+    if name == "vshape":  # one chain: the path is the only one
+        assert all(abs(hold(a, r) - bounds.hold_time(p, a, r)) < 1e-9 for a, r in pairs)

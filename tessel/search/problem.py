@@ -10,7 +10,7 @@ of two or integers so that grid times are exact in floating point (see _time_res
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from fractions import Fraction
 from functools import cached_property
@@ -82,11 +82,12 @@ class Problem:
         memory cannot be matched that way (then only event-wise accounting is exact)."""
         blocks = self.memory_blocks(device)
         left = {b: self.memory[b] for b in blocks if self.memory[b] > 0}
-        order = {b: i for i, b in enumerate(self.units.topo_order)}
+        order = self._chain[0]  # topological index, once: a device's call stays linear in its blocks
         pairs = []
         for r in sorted((b for b in blocks if self.memory[b] < 0), key=order.__getitem__):
             need = -self.memory[r]
-            for a in sorted((a for a in self.ancestors[r] if left.get(a)), key=order.__getitem__, reverse=True):
+            ancestors = self.ancestors[r]
+            for a in sorted((a for a, x in left.items() if x and a in ancestors), key=order.__getitem__, reverse=True):
                 take = min(need, left[a])
                 pairs.append((a, r, take))
                 left[a] -= take
@@ -103,12 +104,21 @@ class Problem:
         carries amount * hold / period on average, which may not exceed its limit; so the
         period per micro-batch is at least the largest sum(amount * hold) / limit."""
         best = Fraction(0)
-        for d in self.limited_devices():
-            pairs = self.memory_pairs(d)
-            if pairs and self.cap(d) > 0:
-                held = sum(amount * self._hold(a, r) for a, r, amount in pairs)
-                best = max(best, Fraction(held, self.cap(d)))
+        devices = [(d, pairs) for d in self.limited_devices() if (pairs := self.memory_pairs(d)) and self.cap(d) > 0]
+        exact = sum(len(pairs) for _, pairs in devices) * len(self.block_ids) <= bounds.HOLD_WORK
+        hold = self._hold if exact else self._chain_hold
+        for d, pairs in devices:
+            held = sum(amount * hold(a, r) for a, r, amount in pairs)
+            best = max(best, Fraction(held, self.cap(d)))
         return best
+
+    @cached_property
+    def _chain(self) -> tuple[dict[str, int], Callable[[str, str], Number]]:
+        """Topological index, and bounds.chain_hold on the grid."""
+        return {b: i for i, b in enumerate(self.block_ids)}, bounds.chain_hold(self.units)
+
+    def _chain_hold(self, a: str, r: str) -> int:
+        return math.floor(self._chain[1](a, r) + EPS)  # a lower bound stays one rounded down
 
     def _hold(self, a: str, r: str) -> int:
         """Least time from the start of a to the end of r (its descendant): the longest path."""
