@@ -17,23 +17,11 @@ import pytest
 from tessel import library
 from tessel.methods import METHODS, run_method, why_not_method
 from tessel.runtime import lower
-from tessel.runtime.program import Instruction, Programs, Transfer
+from tessel.runtime.program import Instruction, Programs, pair_sequences
 from tessel.schedule import Schedule, ScheduleError
 from tessel.timing import DeadlockError, orders_of
 
 N = 4
-
-
-def _pair_sequences(progs: Programs) -> tuple[dict[tuple[int, int], list[Transfer]], ...]:
-    """Each ordered pair's sends (as the sender posts them) and receives (as the receiver posts them)."""
-    sent: dict[tuple[int, int], list[Transfer]] = defaultdict(list)
-    got: dict[tuple[int, int], list[Transfer]] = defaultdict(list)
-    for prog in progs.ranks:
-        for ins in prog:
-            if ins.transfer is not None:
-                t = ins.transfer
-                (sent if ins.op == "send" else got)[(t.src, t.dst)].append(t)
-    return sent, got
 
 
 def _schedule(name: str, method: str) -> Schedule:
@@ -60,7 +48,7 @@ def test_every_placement_and_method_lowers_in_send_order(name: str, method: str)
     s = _schedule(name, method)
     assert s.errors() == []
     progs = lower(s)  # checks the pair order (and deadlock freedom) itself
-    sent, got = _pair_sequences(progs)
+    sent, got = pair_sequences(progs)
     assert sent.keys() == got.keys()
     for pair in sent:  # the same property, derived here independently of the lowering's check
         assert [t.tag for t in sent[pair]] == [t.tag for t in got[pair]], (name, method, pair)

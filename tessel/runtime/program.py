@@ -241,9 +241,8 @@ def _check_matching(progs: Programs) -> None:
                                 f"{recv[key]} to the receiver")
 
 
-def _check_pair_order(progs: Programs) -> None:
-    """Per ordered pair of ranks, receives are posted in send order: NCCL ignores tags and matches a
-    pair's point-to-point messages in the order they are posted. Names the first mismatch."""
+def pair_sequences(progs: Programs) -> tuple[dict[tuple[int, int], list[Transfer]], dict[tuple[int, int], list[Transfer]]]:
+    """Each ordered pair's sends (as the sender posts them) and receives (as the receiver posts them)."""
     sent: dict[tuple[int, int], list[Transfer]] = defaultdict(list)
     got: dict[tuple[int, int], list[Transfer]] = defaultdict(list)
     for prog in progs.ranks:
@@ -251,6 +250,13 @@ def _check_pair_order(progs: Programs) -> None:
             if ins.transfer is not None:
                 t = ins.transfer
                 (sent if ins.op == "send" else got)[(t.src, t.dst)].append(t)
+    return sent, got
+
+
+def _check_pair_order(progs: Programs) -> None:
+    """Per ordered pair of ranks, receives are posted in send order: NCCL ignores tags and matches a
+    pair's point-to-point messages in the order they are posted. Names the first mismatch."""
+    sent, got = pair_sequences(progs)
     for (src, dst), ts in sorted(sent.items()):
         for k, (a, b) in enumerate(zip(ts, got[(src, dst)])):
             if a != b:

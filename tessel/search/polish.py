@@ -158,10 +158,15 @@ def _improve(p: Placement, n: int, cur: _State, limit: Sequence[Number] | None, 
                 continue
             if not budget.going():
                 return None
-            new = budget.replay(p, n, [moved if e == d else o for e, o in enumerate(cur.orders)])
-            if new is not None and _better(new, cur):
+            if (new := _tried(p, n, cur, d, moved, budget)) is not None:
                 return new
     return _critical_move(p, n, cur, end, limit, budget) or _defer_move(p, n, cur, end, limit, budget)
+
+
+def _tried(p: Placement, n: int, cur: _State, d: int, moved: list[Key], budget: _Work) -> _State | None:
+    """`cur` with device d's order `moved`, replayed on the budget, when that makes it better."""
+    new = budget.replay(p, n, [moved if e == d else o for e, o in enumerate(cur.orders)])
+    return new if new is not None and _better(new, cur) else None
 
 
 def _critical_move(p: Placement, n: int, cur: _State, end: dict[Key, Number], limit: Sequence[Number] | None,
@@ -176,8 +181,7 @@ def _critical_move(p: Placement, n: int, cur: _State, end: dict[Key, Number], li
                 continue
             if not budget.going():
                 return None
-            new = budget.replay(p, n, [moved if e == d else o for e, o in enumerate(cur.orders)])
-            if new is not None and _better(new, cur):
+            if (new := _tried(p, n, cur, d, moved, budget)) is not None:
                 return new
     return None
 
@@ -197,8 +201,7 @@ def _defer_move(p: Placement, n: int, cur: _State, end: dict[Key, Number], limit
                     break  # later still holds its memory longer
                 if not budget.going():
                     return None
-                new = budget.replay(p, n, [moved if e == d else o for e, o in enumerate(cur.orders)])
-                if new is not None and _better(new, cur):
+                if (new := _tried(p, n, cur, d, moved, budget)) is not None:
                     return new
     return None
 

@@ -10,7 +10,7 @@ of two or integers so that grid times are exact in floating point (see _time_res
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from fractions import Fraction
 from functools import cached_property
@@ -82,7 +82,7 @@ class Problem:
         memory cannot be matched that way (then only event-wise accounting is exact)."""
         blocks = self.memory_blocks(device)
         left = {b: self.memory[b] for b in blocks if self.memory[b] > 0}
-        order = self._chain[0]  # topological index, once: a device's call stays linear in its blocks
+        order = self._topo_index  # once: a device's call stays linear in its blocks
         pairs = []
         for r in sorted((b for b in blocks if self.memory[b] < 0), key=order.__getitem__):
             need = -self.memory[r]
@@ -105,29 +105,16 @@ class Problem:
         period per micro-batch is at least the largest sum(amount * hold) / limit."""
         best = Fraction(0)
         devices = [(d, pairs) for d in self.limited_devices() if (pairs := self.memory_pairs(d)) and self.cap(d) > 0]
-        exact = sum(len(pairs) for _, pairs in devices) * len(self.block_ids) <= bounds.HOLD_WORK
-        hold = self._hold if exact else self._chain_hold
+        # on the grid (integer durations and latency) every hold is an integer, exact or a path's
+        hold = bounds.holds_of(self.units, sum(len(pairs) for _, pairs in devices))
         for d, pairs in devices:
-            held = sum(amount * hold(a, r) for a, r, amount in pairs)
+            held = sum(amount * int(hold(a, r)) for a, r, amount in pairs)
             best = max(best, Fraction(held, self.cap(d)))
         return best
 
     @cached_property
-    def _chain(self) -> tuple[dict[str, int], Callable[[str, str], Number]]:
-        """Topological index, and bounds.chain_hold on the grid."""
-        return {b: i for i, b in enumerate(self.block_ids)}, bounds.chain_hold(self.units)
-
-    def _chain_hold(self, a: str, r: str) -> int:
-        return math.floor(self._chain[1](a, r) + EPS)  # a lower bound stays one rounded down
-
-    def _hold(self, a: str, r: str) -> int:
-        """Least time from the start of a to the end of r (its descendant): the longest path."""
-        dist = {a: 0}
-        for x in self.units.topo_order:
-            if x in dist:
-                for y in self.units.succs[x]:
-                    dist[y] = max(dist.get(y, 0), dist[x] + self.gap(x, y))
-        return dist[r] + self.duration[r]
+    def _topo_index(self) -> dict[str, int]:
+        return {b: i for i, b in enumerate(self.block_ids)}
 
     def real_holds(self) -> dict[int, tuple[Number, list[tuple[str, str, Number]]]]:
         """Per limited device whose memory pairs up (memory_pairs), its real limit and holds:
