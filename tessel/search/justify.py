@@ -33,7 +33,8 @@ from ..baselines.engine import Pools, list_schedule, memory_need, one_group
 from ..key import Key
 from ..placement import Number, Placement
 from ..timing import DeadlockError
-from .completion import makespan
+from .completion import compact, makespan, plain_unroll
+from .modulo import Modulo, fits
 from .problem import Problem
 
 log = logging.getLogger(__name__)
@@ -42,6 +43,10 @@ log = logging.getLogger(__name__)
 # the next three 805 -> 799), and each walk costs a few tenths of a second there
 JUSTIFY_ROUNDS = 4
 JUSTIFY_TASKS = 40_000  # justification runs up to this many tasks (N x blocks): a walk is linear in them
+# listed_repetend: unrolls of this many micro-batches justified (one round each) until a window at the load
+# bound shows, and at most this many tasks (zbv-4 with profiled costs settled at 32, not at 16 or 24)
+LISTED_MICRO_BATCHES = (24, 32, 48)
+LISTED_TASKS = 10_000
 Starts = Mapping[Key, int]
 
 
@@ -81,6 +86,55 @@ def justified(problem: Problem, micro_batches: int, starts: Starts, bound: int =
         return None
     log.info("justification: makespan %d -> %d (grid)", first, length)
     return best
+
+
+def listed_repetend(problem: Problem, seed: Modulo) -> Modulo | None:
+    """A repetend read off the steady state of the justified unroll of `seed` (the list
+    scheduler settles into one, often at the load bound where no construction fits memory, as on
+    V placements with fractional costs): the middle micro-batches' windows of one micro-batch
+    that repeat without overlap and fit memory, the least period (then span) first; None when
+    no window does or the walk cannot run. Its period is at most `seed`'s only by luck: the
+    caller keeps the better. A handful of linear walks, no solver."""
+    best = None
+    for n in LISTED_MICRO_BATCHES:
+        if n * len(problem.block_ids) > LISTED_TASKS:
+            break
+        starts = justified(problem, n, compact(problem, n, plain_unroll(seed, n)), 0, 1)
+        for mod in _windows(problem, n, starts) if starts is not None else ():
+            if best is None or (mod.period, mod.span(problem)) < (best.period, best.span(problem)):
+                best = mod
+        if best is not None and best.period <= problem.period_bound:
+            break
+    return best
+
+
+def _windows(problem: Problem, n: int, starts: Starts) -> list[Modulo]:
+    """The valid repetends of one micro-batch in the middle third of a schedule: micro-batch k's
+    starts repeated at the load bound, or at the period micro-batch k + 1 is shifted by (its
+    dependencies hold as they did in the schedule; devices and memory are checked)."""
+    first, out = problem.block_ids[0], []
+    for k in range(n // 3, 2 * n // 3):
+        pattern = {(b, 0): starts[(b, k)] for b in problem.block_ids}
+        for period in sorted({problem.period_bound, starts[(first, k + 1)] - starts[(first, k)]}):
+            mod = Modulo.from_starts(period, pattern) if period >= problem.period_bound else None
+            if mod is not None and _no_overlap(problem, mod) and fits(problem, mod):
+                out.append(mod)
+                break
+    return out
+
+
+def _no_overlap(problem: Problem, mod: Modulo) -> bool:
+    """No two blocks of a device overlap modulo the period (the repetend's device rule)."""
+    busy: dict[int, list[tuple[int, int]]] = {}
+    for b in problem.block_ids:
+        for d in problem.devices_of[b]:
+            busy.setdefault(d, []).append((mod.phase[(b, 0)], problem.duration[b]))
+    for spans in busy.values():
+        spans.sort()
+        for (r, d), (q, _) in zip(spans, spans[1:] + [(spans[0][0] + mod.period, 0)]):
+            if q - r < d:
+                return False
+    return True
 
 
 def reversed_placement(p: Placement) -> Placement:

@@ -38,7 +38,7 @@ from .passes.orders import orders
 from .passes.period import period_search, polish, retry
 from .passes.race import cheap, late, racing
 from .passes.rivals import completed_baseline
-from .passes.start import start
+from .passes.start import listed, start
 from .passes.whole import exact, hinted, whole
 from .polish import MOST_TASKS
 from .problem import make_problem
@@ -84,12 +84,14 @@ def run_passes(state: State, passes: Sequence[Pass]) -> None:
 
 COMPLETION = (
     Pass("completion", completion),  # warm-up and cool-down solves, each with a stall
+    Pass("justify", justification, rivals=True),  # list scheduling backward and forward: packs both ends
     Pass("baselines", late),  # the race, when cheap and not run first; skipped when ours meets the bound
     Pass("deepest", deepest_repetend, rivals=True, settle=True),  # Budget.deep_share for the deepest repetend, completed
     Pass("baselines", completed_baseline, rivals=True, settle=True),  # the best baseline on the grid, completed like ours
     Pass("whole", whole, rivals=True, settle=True),  # few tasks: one solve of the whole problem, with a stall
 )
 TESSEL = (
+    Pass("listed", listed),  # a repetend read off a list schedule: the period search's start when better
     Pass("repetend", period_search, lambda b: b.repetend_share),
     Pass("repetend", retry, lambda b: b.retry_share),  # the periods left undecided, more work each
     *COMPLETION,
@@ -99,8 +101,7 @@ PASSES: dict[str, tuple[Pass, ...]] = {
     # Budget.polish_share (polish_cap) or repair_share; the unrolled repetend justified (a fixed work budget),
     # completed when that is not enough, the completion justified in turn (passes/justify.py)
     "fast": (Pass("polish", polish), Pass("justify", justification, rivals=True),
-             Pass("completion", completion_after), Pass("justify", justification, rivals=True),
-             *COMPLETION[1:]),
+             Pass("completion", completion_after), *COMPLETION[1:]),
     "exact": (Pass("hint", hinted(lambda s, _: run_passes(s, TESSEL)), lambda b: b.exact_hint_share),
               Pass("exact", exact, always=True)),  # the rest of the clock: the mode is the solver's proof
 }

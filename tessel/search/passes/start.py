@@ -10,6 +10,7 @@ from ..budget import Clock
 from ..completion import makespan
 from ..exact import solve_exact
 from ..fast import NoFitError, sequential, starting_repetend
+from ..justify import listed_repetend
 from ..modulo import Modulo, steady_memory
 from ..problem import MemoryLimitError, Problem, least_memory, limits_hint
 from ..state import State
@@ -42,6 +43,20 @@ def start(state: State, clock: Clock) -> None:
                                f"or raise the limits") from None
     starts = res.starts()
     state.start = Modulo.from_starts(makespan(p, starts), {(blk, 0): v for (blk, _), v in starts.items()})
+
+
+def listed(state: State, clock: Clock) -> None:
+    """state.start replaced by the repetend read off its justified unroll (justify.listed_repetend)
+    when that one has a smaller period, or the same with a shorter span: where no construction
+    fits memory at the load bound, the period search then starts there, with a hint that fits
+    (a solve at the bound without one needs seconds of a loaded machine to find any)."""
+    p, start = state.problem, state.start
+    if start is None or start.copies != 1 or start.period <= p.period_bound:
+        return
+    mod = listed_repetend(p, start)
+    if mod is not None and (mod.period, mod.span(p)) < (start.period, start.span(p)):
+        state.start = mod
+        state.statuses["listed"] = [p.real(mod.period), p.real(mod.span(p))]
 
 
 def no_fit(p: Problem) -> MemoryLimitError:
