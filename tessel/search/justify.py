@@ -47,6 +47,7 @@ JUSTIFY_TASKS = 40_000  # justification runs up to this many tasks (N x blocks):
 # bound shows, and at most this many tasks (zbv-4 with profiled costs settled at 32, not at 16 or 24)
 LISTED_MICRO_BATCHES = (24, 32, 48)
 LISTED_TASKS = 10_000
+LISTED_COPIES = 8  # micro-batches per repetend read off at most (the fewest that give one are kept)
 Starts = Mapping[Key, int]
 
 
@@ -91,44 +92,48 @@ def justified(problem: Problem, micro_batches: int, starts: Starts, bound: int =
 def listed_repetend(problem: Problem, seed: Modulo) -> Modulo | None:
     """A repetend read off the steady state of the justified unroll of `seed` (the list
     scheduler settles into one, often at the load bound where no construction fits memory, as on
-    V placements with fractional costs): the middle micro-batches' windows of one micro-batch
-    that repeat without overlap and fit memory, the least period (then span) first; None when
-    no window does or the walk cannot run. Its period is at most `seed`'s only by luck: the
-    caller keeps the better. A handful of linear walks, no solver."""
+    V and looped placements with fractional costs): the middle micro-batches' windows that
+    repeat without overlap and fit memory, the least period per micro-batch (then span) first;
+    None when no window does or the walk cannot run. It beats `seed` only by luck: the caller
+    keeps the better. A handful of linear walks, no solver."""
     best = None
     for n in LISTED_MICRO_BATCHES:
         if n * len(problem.block_ids) > LISTED_TASKS:
             break
         starts = justified(problem, n, compact(problem, n, plain_unroll(seed, n)), 0, 1)
         for mod in _windows(problem, n, starts) if starts is not None else ():
-            if best is None or (mod.period, mod.span(problem)) < (best.period, best.span(problem)):
+            if best is None or (mod.per_micro_batch, mod.span(problem)) < (best.per_micro_batch, best.span(problem)):
                 best = mod
-        if best is not None and best.period <= problem.period_bound:
+        if best is not None and best.per_micro_batch <= problem.period_floor:
             break
     return best
 
 
 def _windows(problem: Problem, n: int, starts: Starts) -> list[Modulo]:
-    """The valid repetends of one micro-batch in the middle third of a schedule: micro-batch k's
-    starts repeated at the load bound, or at the period micro-batch k + 1 is shifted by (its
-    dependencies hold as they did in the schedule; devices and memory are checked)."""
+    """The valid repetends in the middle third of a schedule: for c copies (a looped pipeline's
+    list schedule cycles through p micro-batches), micro-batches k..k+c-1 repeated every c
+    load bounds, or every time micro-batch k + c is shifted by (their dependencies hold as they
+    did in the schedule; devices and memory are checked)."""
     first, out = problem.block_ids[0], []
-    for k in range(n // 3, 2 * n // 3):
-        pattern = {(b, 0): starts[(b, k)] for b in problem.block_ids}
-        for period in sorted({problem.period_bound, starts[(first, k + 1)] - starts[(first, k)]}):
-            mod = Modulo.from_starts(period, pattern) if period >= problem.period_bound else None
-            if mod is not None and _no_overlap(problem, mod) and fits(problem, mod):
-                out.append(mod)
-                break
+    for c in range(1, min(LISTED_COPIES, n // 3) + 1):
+        for k in range(n // 3, 2 * n // 3 - c):
+            pattern = {(b, j): starts[(b, k + j)] for b in problem.block_ids for j in range(c)}
+            for period in sorted({c * problem.period_bound, starts[(first, k + c)] - starts[(first, k)]}):
+                mod = Modulo.from_starts(period, pattern, c) if period >= c * problem.period_bound else None
+                if mod is not None and _no_overlap(problem, mod) and fits(problem, mod):
+                    out.append(mod)
+                    break
+        if any(mod.per_micro_batch <= problem.period_floor for mod in out):
+            break
     return out
 
 
 def _no_overlap(problem: Problem, mod: Modulo) -> bool:
-    """No two blocks of a device overlap modulo the period (the repetend's device rule)."""
+    """No two tasks of a device overlap modulo the period (the repetend's device rule)."""
     busy: dict[int, list[tuple[int, int]]] = {}
-    for b in problem.block_ids:
+    for (b, j), r in mod.phase.items():
         for d in problem.devices_of[b]:
-            busy.setdefault(d, []).append((mod.phase[(b, 0)], problem.duration[b]))
+            busy.setdefault(d, []).append((r, problem.duration[b]))
     for spans in busy.values():
         spans.sort()
         for (r, d), (q, _) in zip(spans, spans[1:] + [(spans[0][0] + mod.period, 0)]):

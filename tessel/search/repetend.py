@@ -226,8 +226,10 @@ class _Search:
 
     def bracket(self, lo: int, best: _Found) -> _Found:
         """The smallest period of one micro-batch in [lo, best's period): the bound first, then
-        bisection; an undecided period counts as a failure for the bracket (and is reported)."""
-        hi = best.modulo.period
+        bisection; an undecided period counts as a failure for the bracket (and is reported).
+        A start of several micro-batches (a list schedule's: passes/start.listed) is beaten by
+        periods below its period per micro-batch, and kept as it is when not."""
+        hi = math.ceil(best.modulo.per_micro_batch)
         T = lo
         while lo < hi and self.going():
             found, _ = self.attempt(T)
@@ -236,7 +238,7 @@ class _Search:
             else:
                 lo = T + 1
             T = (lo + hi) // 2
-        if best.found_by == "construction" and self.going():  # polish its span at its period
+        if best.found_by == "construction" and best.modulo.copies == 1 and self.going():  # polish its span
             found, _ = self.attempt(hi, best.modulo)
             if found is not None and found.found_by == "solver":
                 best = found

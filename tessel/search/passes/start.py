@@ -47,16 +47,16 @@ def start(state: State, clock: Clock) -> None:
 
 def listed(state: State, clock: Clock) -> None:
     """state.start replaced by the repetend read off its justified unroll (justify.listed_repetend)
-    when that one has a smaller period, or the same with a shorter span: where no construction
+    when that one has a smaller period per micro-batch, or the same with a shorter span: where no construction
     fits memory at the load bound, the period search then starts there, with a hint that fits
     (a solve at the bound without one needs seconds of a loaded machine to find any)."""
     p, start = state.problem, state.start
-    if start is None or start.copies != 1 or start.period <= p.period_bound:
+    if start is None or start.per_micro_batch <= p.period_floor:
         return
     mod = listed_repetend(p, start)
-    if mod is not None and (mod.period, mod.span(p)) < (start.period, start.span(p)):
+    if mod is not None and (mod.per_micro_batch, mod.span(p)) < (start.per_micro_batch, start.span(p)):
         state.start = mod
-        state.statuses["listed"] = [p.real(mod.period), p.real(mod.span(p))]
+        state.statuses["listed"] = [p.real(mod.period), mod.copies, p.real(mod.span(p))]
 
 
 def no_fit(p: Problem) -> MemoryLimitError:
