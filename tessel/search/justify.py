@@ -131,7 +131,7 @@ def _windows(problem: Problem, n: int, starts: Starts) -> list[Modulo]:
 def _no_overlap(problem: Problem, mod: Modulo) -> bool:
     """No two tasks of a device overlap modulo the period (the repetend's device rule)."""
     busy: dict[int, list[tuple[int, int]]] = {}
-    for (b, j), r in mod.phase.items():
+    for (b, _), r in mod.phase.items():
         for d in problem.devices_of[b]:
             busy.setdefault(d, []).append((r, problem.duration[b]))
     for spans in busy.values():
