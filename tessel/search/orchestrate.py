@@ -33,7 +33,7 @@ from ..schedule import Schedule
 from .budget import DEFAULT_LIMIT, MODES, OBJECTIVES, Budget, Clock
 from .passes.complete import completion, deepest_repetend
 from .passes.final import final, summary
-from .passes.justify import completion_after, justification
+from .passes.justify import completion_after, justification, justify_both, unrolled
 from .passes.orders import orders
 from .passes.period import period_search, polish, retry
 from .passes.race import cheap, late, racing
@@ -83,8 +83,9 @@ def run_passes(state: State, passes: Sequence[Pass]) -> None:
 
 
 COMPLETION = (
+    Pass("unrolled", unrolled),  # the plain unroll justified: a seed, before the solves take the clock
     Pass("completion", completion),  # warm-up and cool-down solves, each with a stall
-    Pass("justify", justification, rivals=True),  # list scheduling backward and forward: packs both ends
+    Pass("justify", justify_both, rivals=True),  # list scheduling backward and forward: packs both ends
     Pass("baselines", late),  # the race, when cheap and not run first; skipped when ours meets the bound
     Pass("deepest", deepest_repetend, rivals=True, settle=True),  # Budget.deep_share for the deepest repetend, completed
     Pass("baselines", completed_baseline, rivals=True, settle=True),  # the best baseline on the grid, completed like ours
@@ -101,7 +102,8 @@ PASSES: dict[str, tuple[Pass, ...]] = {
     # Budget.polish_share (polish_cap) or repair_share; the unrolled repetend justified (a fixed work budget),
     # completed when that is not enough, the completion justified in turn (passes/justify.py)
     "fast": (Pass("polish", polish), Pass("justify", justification, rivals=True),
-             Pass("completion", completion_after), *COMPLETION[1:]),
+             Pass("completion", completion_after), Pass("justify", justification, rivals=True),
+             *COMPLETION[3:]),
     "exact": (Pass("hint", hinted(lambda s, _: run_passes(s, TESSEL)), lambda b: b.exact_hint_share),
               Pass("exact", exact, always=True)),  # the rest of the clock: the mode is the solver's proof
 }

@@ -35,6 +35,9 @@ class State:
     repetend: RepetendResult | None = None  # the period search's (or fast's construction's) result
     modulo: Modulo | None = None  # the repetend `best` completes
     best: Schedule | None = None  # the best schedule so far
+    # schedules the order polish starts from too (passes/orders.py): a justified one that lost to the
+    # best on the grid may polish shorter on the real durations
+    seeds: list[Schedule] = field(default_factory=list)
     statuses: dict[str, Any] = field(default_factory=dict)  # of every solve, by phase
     seconds: dict[str, float] = field(default_factory=dict)  # by phase
     solver_bound: int | None = None  # grid units: a bound on the makespan proven by a solve

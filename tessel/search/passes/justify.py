@@ -49,6 +49,35 @@ def justification(state: State, clock: Clock) -> None:
         log.warning("justified schedule refused: %s", e)
 
 
+def unrolled(state: State, clock: Clock) -> None:
+    """Mode tessel, before the completion solves (which may take the rest of a loaded machine's
+    clock): the repetend's plain unroll justified, a seed (State.seeds) that `justify_both`
+    offers and the order polish starts from too. On the real durations either it or the
+    completed schedule may polish shorter (zbv-4, profiled costs and latency, 8 micro-batches:
+    polished, the completed one 21.81 where the unrolled one gives 22.56, and 22.14 where it
+    gives 22.58)."""
+    p, n, mod = state.problem, state.micro_batches, state.modulo
+    if mod is None or state.budget.justify_rounds(state.clock.limit, n * len(p.block_ids)) < 1 \
+            or not state.affords(state.budget.own_builds):
+        return
+    new = justified(p, n, compact(p, n, plain_unroll(mod, n)), state.grid_bound(n))
+    if new is None:
+        return
+    try:
+        state.seeds.append(_with_kernel(p, n, new, mod))
+    except ScheduleError as e:  # as in justification
+        log.warning("justified schedule refused: %s", e)
+
+
+def justify_both(state: State, clock: Clock) -> None:
+    """Mode tessel: the completed schedule justified (`justification`), then the seeds offered
+    (the justified unroll: `unrolled`); those that lose stay seeds of the order polish."""
+    justification(state, clock)
+    for s in list(state.seeds):
+        if state.offer(s):
+            state.seeds.remove(s)
+
+
 def completion_after(state: State, clock: Clock) -> None:
     """Completion when nothing is justified yet (state.best is then the completed repetend),
     else its result offered, when the clock still allows its solves (without them it is the

@@ -5,7 +5,8 @@ the best raced baseline when that one is shorter (a hand-made order leaves gaps 
 and latency too). Its budget is work, not time: tasks replayed, at least Budget.order_least and
 more in proportion to the search's solver work (their deterministic seconds), and a stall; so a
 loaded machine gives the same schedule, and the clock's end (Budget.orders_share of the limit is
-kept for it) is only a safety net. It keeps its result only when shorter."""
+kept for it) is only a safety net. It keeps its result only when shorter. The seeds other passes
+left (State.seeds: a justified schedule that lost on the grid) are polished in turn."""
 from __future__ import annotations
 
 from ..budget import Clock
@@ -21,6 +22,9 @@ def orders(state: State, clock: Clock) -> None:
     if rival is not None and state.value(rival) < state.value(s):
         s = rival.with_meta(base=f"{rival.meta.get('method')}+polish")
     b = state.budget
-    out = polish(s, b.order_budget(state.solver_work()), b.order_stall, clock.deadline)
-    if out is not s:
-        state.offer(out)
+    for seed in [s, *(x for x in state.seeds if x is not state.best)]:  # each with the same budget
+        out = polish(seed, b.order_budget(state.solver_work()), b.order_stall, clock.deadline)
+        if out is not seed or seed is not s:
+            state.offer(out)
+        if state.at_bound():
+            break
