@@ -5,13 +5,14 @@ Every mode is anytime: before any solve it holds a valid schedule, a repetend th
 (a construction, or one micro-batch at a time) and, unless the race waits (below), the best of
 the applicable baselines; every later pass only replaces it by a better one.
 
-tessel: the period search brackets between that repetend's period and the bound (periods it left
-        undecided are tried again with more work on the clock it left), then completion.
+tessel: the period search brackets between that repetend's period and the bound, from a repetend
+        read off a list schedule when that one is better (passes/start.listed; periods left
+        undecided are tried again with more work on the clock it left), then completion, and the
+        completed schedule and (few micro-batches) the plain unroll justified as fast's is.
 fast:   constructed repetend, the solver only polishes its span (stops when it stalls), the whole
         schedule justified backward and forward by list scheduling (justify.py), completion.
 exact:  the tessel schedule as a hint, then the whole N-micro-batch problem in one solve.
 
-The applicable baselines race against the result up to race.BASELINE_TASKS tasks (N x blocks)
 The applicable baselines race against the result up to race.BASELINE_TASKS tasks (N x blocks)
 and while one fits the race's share of the clock, and above it those built in linear time (the
 first one whatever the clock says: the answer when time runs out): the search never returns a
