@@ -58,7 +58,8 @@ def unrolled(state: State, clock: Clock) -> None:
     gives 22.58)."""
     p, n, mod = state.problem, state.micro_batches, state.modulo
     # only where the completion works on N itself (few micro-batches: the ramps are most of the schedule)
-    if mod is None or sizes(p, mod, n)[1] != n or state.budget.justify_rounds(state.clock.limit, n * len(p.block_ids)) < 1:
+    if mod is None or sizes(p, mod, n)[1] != n or state.budget.justify_rounds(state.clock.limit, n * len(p.block_ids)) < 1 \
+            or not state.affords(state.budget.own_builds):  # a walk, a kernel check, the schedule: as a completion
         return
     new = justified(p, n, compact(p, n, plain_unroll(mod, n)), state.grid_bound(n))
     if new is None:
@@ -71,7 +72,10 @@ def unrolled(state: State, clock: Clock) -> None:
 
 def justify_both(state: State, clock: Clock) -> None:
     """Mode tessel: the completed schedule justified (`justification`), then the seeds offered
-    (the justified unroll: `unrolled`); those that lose stay seeds of the order polish."""
+    (the justified unroll: `unrolled`); those that lose stay seeds of the order polish. Not when
+    the clock cannot hold the builds a completion takes (then the plain unroll is the answer)."""
+    if not state.affords(state.budget.own_builds):
+        return
     justification(state, clock)
     for s in list(state.seeds):
         if state.offer(s):
