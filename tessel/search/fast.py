@@ -112,12 +112,18 @@ def starting_repetend(problem: Problem, clock: Clock | None = None) -> Modulo:
     then asks the solver whether any order does)."""
     one = sequential(problem)
     T, step = problem.period_bound, max(1, problem.period_bound // 100)
+    # Little's law: below the floor no repetend fits memory, so none is built there (at 4,096
+    # devices under a limit the constructions below it took seconds each); the periods tried are
+    # the same, so is the first that fits
+    floor, tried = problem.memory_period_bound, 0
     for i in range(MAX_STEPS):
-        if T >= one.period or (clock is not None and i >= MIN_TRIES and clock.expired()):
+        if T >= one.period or (clock is not None and tried >= MIN_TRIES and clock.expired()):
             break
-        fitting = [m for m in constructions(problem, T) if fits(problem, m)]
-        if fitting:
-            return fitting[0]
+        if T >= floor:
+            tried += 1
+            fitting = [m for m in constructions(problem, T) if fits(problem, m)]
+            if fitting:
+                return fitting[0]
         T += step if i < 8 else step * (2 ** (i - 7))
     if not fits(problem, one):
         raise NoFitError(f"one micro-batch at a time does not fit the memory of {problem.placement.name!r}")

@@ -126,6 +126,8 @@ def solve_period(problem: Problem, period: int, clock: Clock | None, workers: in
                  hint: Modulo | None = None, progress: Progress | None = None, copies: int = 1,
                  stall: Stall | None = None) -> SolveResult:
     """The shortest-span repetend of `copies` micro-batches with this period, if any."""
+    if clock is not None and clock.expired():  # nothing to decide: no model (seconds at thousands of blocks)
+        return SolveResult("unknown", None, None, 0.0)
     usable = hint is not None and hint.period == period and hint.copies == copies
     horizon = hint.span(problem) if hint is not None and usable else _horizon(problem, period, copies)
     m = modulo_model(problem, period, copies, horizon)
