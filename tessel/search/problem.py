@@ -77,6 +77,16 @@ class Problem:
         return graph.ancestor_bits(self.units.topo_order, self.units.preds)
 
     def memory_pairs(self, device: int) -> list[tuple[str, str, int]] | None:
+        """_memory_pairs, once per device (Little's law and the bounds each ask for every device's)."""
+        if device not in self._pairs:
+            self._pairs[device] = self._memory_pairs(device)
+        return self._pairs[device]
+
+    @cached_property
+    def _pairs(self) -> dict[int, list[tuple[str, str, int]] | None]:
+        return {}
+
+    def _memory_pairs(self, device: int) -> list[tuple[str, str, int]] | None:
         """The device's memory as holds (allocating block, releasing block, amount) of one
         micro-batch, each release matched to allocations of its ancestors (latest first), so
         memory is held from the allocation's start to the release's end; None when some
