@@ -193,7 +193,7 @@ class _Search:
     def attempt(self, T: int, hint: Modulo | None = None) -> tuple[_Found | None, str]:
         """One period of one micro-batch, hinted by a construction at it; a construction that fits
         memory stands in for a solve that found nothing in its slice."""
-        built = constructions(self.problem, T)
+        built = constructions(self.problem, T, self.clock.deadline)  # none past the period search's clock
         fitting = [m for m in built if fits(self.problem, m)]
         if hint is None or hint.period != T or hint.copies != 1:
             hint = (fitting or built)[0] if fitting or built else None
