@@ -39,6 +39,7 @@ MAX_STEPS = 64  # periods tried upward from the bound before one micro-batch at 
 # fits from the bound + 1, 28 x longer one at a time)
 MIN_TRIES = 4
 CHECK_EVERY = 64  # blocks a construction places between looks at its deadline
+CHEAP_SECONDS = 0.5  # the climb's MIN_TRIES run this long past its clock at most (interleaved-32's take ms)
 
 
 def construct(problem: Problem, period: int, order: Sequence[str] | None = None,
@@ -128,9 +129,9 @@ def starting_repetend(problem: Problem, clock: Clock | None = None) -> Modulo:
     # devices under a limit the constructions below it took seconds each); the periods tried are
     # the same, so is the first that fits
     floor, tried = problem.memory_period_bound, 0
-    # MIN_TRIES while they are cheap: at twice its clock the climb stops, a construction midway
-    # (one try at 5,000 blocks took 4 s: four of them ran 12 s on a 5 s limit)
-    stop = math.inf if clock is None else clock.deadline + clock.limit
+    # MIN_TRIES while they are cheap: CHEAP_SECONDS (or its clock again) past its clock the climb
+    # stops, a construction midway (one try at 5,000 blocks took 4 s: four ran 12 s on a 5 s limit)
+    stop = math.inf if clock is None else clock.deadline + max(clock.limit, CHEAP_SECONDS)
     for i in range(MAX_STEPS):
         if T >= one.period or (clock is not None and clock.expired() and
                                (tried >= MIN_TRIES or time.perf_counter() > stop)):
