@@ -155,8 +155,7 @@ class Schedule:
 
     @cached_property
     def _in_start_order(self) -> bool:
-        """Whether the tasks are known to be sorted as device_tasks sorts them (build sorts them);
-        not known otherwise (a checked file keeps its own order)."""
+        """Whether the tasks are known to be in device_tasks' order: set by build, not known else."""
         return False
 
     @cached_property
@@ -275,8 +274,7 @@ class Schedule:
         tasks = [{"block": t.block, "micro_batch": t.micro_batch, "start": t.start} for t in self.tasks]
         return {**head, "tasks": tasks, **tail}
 
-    def _fields(self) -> tuple[dict[str, Any], dict[str, Any]]:
-        """to_dict's fields before its tasks and after them."""
+    def _fields(self) -> tuple[dict[str, Any], dict[str, Any]]:  # to_dict's fields before its tasks, and after
         head: dict[str, Any] = {"format": FORMAT, "version": VERSION, "placement": self.placement.to_dict()}
         if self.memory_limit is not None:
             lim = self.memory_limit
