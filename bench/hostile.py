@@ -74,7 +74,7 @@ def _chain(n: int, devices: int = 8) -> str:
                 "devices": [i * devices // half]} for i in range(half)]
     edges = [[f"f{i}", f"f{i + 1}"] for i in range(half - 1)] + [[f"f{half - 1}", f"b{half - 1}"]]
     edges += [[f"b{i + 1}", f"b{i}"] for i in range(half - 1)]
-    return json.dumps({"version": 1, "name": f"chain-{n}", "devices": devices, "blocks": blocks, "edges": edges})
+    return json.dumps({"name": f"chain-{n}", "devices": devices, "blocks": blocks, "edges": edges})
 
 
 def wall_clock_rows(tmp: Path) -> list[str]:
@@ -236,6 +236,34 @@ OWN_CASES: tuple[Case, ...] = (
     # round 4: 4,096 devices where no baseline fits the memory: the search's own schedule, cut short
     Case("search vshape --devices 4096 -n 64 --memory 40 --time-limit 10",
          ("search", "vshape", "--devices", "4096", "-n", "64", "--memory", "40", "--time-limit", "10"), 0, 12),
+    # round 5 (issue 21, closing): no baseline fits at 1,024 devices either; every mode keeps its clock
+    *(Case(f"search vshape --devices 1024 -n 64 --memory 40 --time-limit 5 --mode {m}",
+           ("search", "vshape", "--devices", "1024", "-n", "64", "--memory", "40", "--time-limit", "5", "--mode", m),
+           0, 7) for m in ("tessel", "fast", "exact")),
+    Case("compare vshape --devices 1024 -n 64 --memory 40 --time-limit 5 --methods exact",
+         ("compare", "vshape", "--devices", "1024", "-n", "64", "--memory", "40", "--time-limit", "5", "--methods",
+          "exact"), 0, 7),
+    Case("memory 1e12, durations 1e-6, --memory 1e12", ("search", "mem1e12.json", "-n", "8", "--memory", "1e12",
+                                                        "--time-limit", "3"), 0, 5),
+    Case("check: a task of an unknown block", ("check", "unknown-block.json"), 1, 5),
+    Case("check: micro_batches 10**30", ("check", "huge-n.json"), 2, 5),
+    Case("search -n 0", ("search", "vshape", "-n", "0"), 2, 5),
+    Case("simulate --seed -5", ("simulate", "s.json", "--seed", "-5"), 2, 5),
+    Case("simulate --trials 1000000000", ("simulate", "s.json", "--trials", "1000000000"), 2, 5),
+    Case("simulate --trials 100000 (3.2M task replays)", ("simulate", "s.json", "--noise", "0.1", "--trials", "100000"),
+         2, 5),
+    Case("simulate --noise 1e300", ("simulate", "s.json", "--noise", "1e300"), 2, 5),
+    Case("simulate --noise 5 (draws under 1e-6)", ("simulate", "s.json", "--noise", "5", "--trials", "3"), 0, 10),
+    Case("block id with a bidi override U+202E (shown escaped)", ("show", "bidi.json"), 0, 5),
+    Case("search: block id with a bidi override, --ascii", ("search", "bidi.json", "-n", "2", "--ascii",
+                                                           "--time-limit", "2"), 0, 5),
+    Case("a symlink loop as the placement", ("show", "loop1.json"), 2, 5),
+    Case("a 2 GB sparse file", ("show", "sparse.json"), 2, 5),
+    Case("YAML .nan as a duration", ("show", "nan.yaml"), 2, 5),
+    Case("JSON integer of 5,000 digits", ("show", "bigint.json"), 2, 5),
+    Case("JSON with a UTF-8 byte-order mark", ("show", "bom.json"), 2, 5),
+    Case("an empty file", ("show", "empty.json"), 2, 5),
+    Case("-o /dev/full", ("baseline", "1f1b", "vshape", "-n", "4", "-o", "/dev/full"), 2, 5),
 )
 
 
@@ -258,6 +286,35 @@ def _round3_files(tmp: Path) -> None:
     (tmp / "dir.json").mkdir()
     subprocess.run([sys.executable, "-m", "tessel", "baseline", "1f1b", "vshape", "-n", "4", "-o", "s.json"],
                    cwd=tmp, env=_environ(), check=True, capture_output=True)
+    _round5_files(tmp)
+
+
+def _round5_files(tmp: Path) -> None:
+    """The closing round's documents: extreme values in range, broken references, odd files."""
+    def block(i: str, kind: str, d: float, m: float, dev: int, grad: str | None = None) -> dict[str, object]:
+        return {"id": i, "kind": kind, "duration": d, "memory": m, "devices": [dev], **({"grad_of": grad} if grad else {})}
+    blocks = [block("f0", "forward", 1e-6, 1e12, 0), block("f1", "forward", 1e-6, 1e12, 1),
+              block("b1", "backward", 1e-6, -1e12, 1, "f1"), block("b0", "backward", 1e-6, -1e12, 0, "f0")]
+    (tmp / "mem1e12.json").write_text(json.dumps({"name": "huge-memory", "devices": 2, "blocks": blocks,
+                                                  "edges": [["f0", "f1"], ["f1", "b1"], ["b1", "b0"]]}))
+    s = json.loads((tmp / "s.json").read_text())
+    s["tasks"][0]["block"] = "nope"
+    (tmp / "unknown-block.json").write_text(json.dumps(s))
+    s = json.loads((tmp / "s.json").read_text())
+    s["micro_batches"] = 10**30
+    (tmp / "huge-n.json").write_text(json.dumps(s))
+    one = {"devices": 1, "blocks": [{"id": "a\u202eevil", "kind": "forward", "duration": 1, "devices": [0]}],
+           "edges": []}
+    (tmp / "bidi.json").write_text(json.dumps(one))
+    (tmp / "bom.json").write_text("\ufeff" + json.dumps(one))
+    (tmp / "empty.json").write_text("")
+    (tmp / "bigint.json").write_text('{"devices":1' + "0" * 5000 + ',"blocks":[],"edges":[]}')
+    (tmp / "nan.yaml").write_text("name: n\ndevices: 1\nblocks:\n  - id: a\n    kind: forward\n    duration: .nan\n"
+                                  "    devices: [0]\n")
+    os.symlink("loop2.json", tmp / "loop1.json")
+    os.symlink("loop1.json", tmp / "loop2.json")
+    with open(tmp / "sparse.json", "wb") as f:
+        f.truncate(2 * 2**30)  # 2 GB of nothing on disk
 
 
 def round3_rows(tmp: Path, cases: tuple[Case, ...]) -> tuple[list[str], int]:
@@ -279,16 +336,21 @@ def _round3_row(tmp: Path, c: Case, env: dict[str, str]) -> tuple[str, bool]:
     try:
         r = subprocess.run([sys.executable, "-m", "tessel", *c.argv], cwd=tmp, capture_output=True, text=True,
                            env={**_environ(), **env}, timeout=c.bound + 60)
-        code, err = r.returncode, r.stderr
+        code, out, err = r.returncode, r.stdout, r.stderr
     except subprocess.TimeoutExpired:
-        code, err = -9, "(killed: over the bound + 60 s)"
+        code, out, err = -9, "", "(killed: over the bound + 60 s)"
     secs, cpu = time.perf_counter() - t0, _children_cpu() - cpu0
     lines = err.strip().splitlines()
     one_line = code != 2 or (len(lines) == 1 and lines[0].startswith("tessel: error: "))
-    ok = code == c.code and secs <= c.bound and one_line and "Traceback" not in err
+    ok = code == c.code and secs <= c.bound and one_line and "Traceback" not in err and not _steers(out + err)
     first = (lines or ["(none)"])[0][:100].replace("|", "\\|")
     return (f"| {c.name} | {c.code} | {c.bound:g} | {code} | {secs:.2f} | {cpu:.2f} | {len(lines)} | "
             f"{'ok' if ok else 'FAIL'} | {first} |"), ok
+
+
+def _steers(text: str) -> bool:
+    """Whether output holds characters that steer a terminal (escapes, bidi overrides) raw."""
+    return any(not c.isprintable() and c not in "\n\t" for c in text)
 
 
 def _children_cpu() -> float:
@@ -346,6 +408,7 @@ def main() -> None:
         head += ["| input | time, outcome | message |", "|---|---|---|", *rows, ""]
     text = "\n".join([*head, "## Round 3 (issue 21): every case with its promised exit code and time bound", "",
                       f"{len(chosen) - failed} of {len(chosen)} cases as promised (exit code, one line for exit 2, "
+                      "no raw terminal-steering characters in the output, "
                       "within the bound; interpreter start-up included). The bound is on the wall clock; on a "
                       "loaded machine (the load average above) the CPU seconds say what the command itself "
                       "needed.", "",

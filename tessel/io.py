@@ -124,11 +124,14 @@ def _read_regular(p: Path, where: str) -> bytes:
     except OSError as e:
         raise PlacementError(f"cannot read {where}: {e.strerror or e}") from None
     try:
-        mode = os.fstat(fd).st_mode
+        info = os.fstat(fd)
+        mode = info.st_mode
         if not stat.S_ISREG(mode):
             what = "a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else \
                 "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket or special file"
             raise PlacementError(f"cannot read {where}: it is {what}, not a regular file")
+        if info.st_size > MAX_DOCUMENT_BYTES:  # refused before reading (a sparse 2 GB file took 4 s to read up to it)
+            raise LimitError(f"{where}: {info.st_size:,} bytes, more than the {MAX_DOCUMENT_BYTES:,} bytes accepted")
         if hasattr(os, "set_blocking"):
             os.set_blocking(fd, True)
         with os.fdopen(fd, "rb") as f:

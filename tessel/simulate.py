@@ -41,7 +41,7 @@ from typing import Literal
 
 from .errors import TesselError
 from .key import Key
-from .placement import Block, Number, Placement, PlacementError, make_placement
+from .placement import MAX_VALUE, MIN_DURATION, Block, Number, Placement, PlacementError, make_placement
 from .schedule import Schedule
 from .timing import earliest_starts, orders_of
 
@@ -49,6 +49,7 @@ log = logging.getLogger(__name__)
 
 Scope = Literal["block", "task"]
 SCOPES: tuple[str, ...] = ("block", "task")
+MAX_NOISE = 10.0  # the widest log-normal spread accepted (sigma**2 overflows long before 1e300)
 
 
 def noise_factor(sigma: float, seed: int, *key: object) -> float:
@@ -75,13 +76,20 @@ def recost(p: Placement, durations: Mapping[str, Number] | Placement | None = No
 def perturb(p: Placement, noise: float, seed: int = 0, trial: int = 0) -> Placement:
     """Every block's duration times its own noise factor (scope `block`)."""
     _check_noise(noise)
-    blocks = [replace(b, duration=b.duration * noise_factor(noise, seed, trial, b.id)) for b in p.blocks]
+    blocks = [replace(b, duration=noisy(b.duration, noise_factor(noise, seed, trial, b.id))) for b in p.blocks]
     return make_placement(p.name, p.devices, blocks, p.edges, p.latency)
 
 
+def noisy(duration: Number, factor: float) -> float:
+    """`duration` times a noise factor, kept in the range a placement's durations may take: a
+    wide spread draws factors of 1e-3 and below, and a block of 1e-6 would leave it."""
+    return min(max(duration * factor, MIN_DURATION), MAX_VALUE)
+
+
 def _check_noise(noise: float) -> None:
-    if not (isinstance(noise, (int, float)) and math.isfinite(noise) and noise >= 0):
-        raise TesselError(f"noise must be a number >= 0, got {noise!r}")
+    if not (isinstance(noise, (int, float)) and not isinstance(noise, bool) and 0 <= noise <= MAX_NOISE):
+        raise TesselError(f"noise must be a number in 0..{MAX_NOISE:g} (a log-spread: {MAX_NOISE:g} already draws "
+                          f"factors past e**30), got {noise!r}")
 
 
 def simulate(s: Schedule, *, durations: Mapping[str, Number] | Placement | None = None,
@@ -116,7 +124,8 @@ def simulate(s: Schedule, *, durations: Mapping[str, Number] | Placement | None 
         return out
 
     def base(b: str, m: int) -> float:
-        return p.by_id[b].duration * (noise_factor(noise, seed, trial, b, m) if per_task else 1.0)
+        return noisy(p.by_id[b].duration, noise_factor(noise, seed, trial, b, m)) if per_task \
+            else p.by_id[b].duration * 1.0
 
     dur = {(b.id, m): base(b.id, m) for b in p.blocks for m in range(s.micro_batches)}
     if cores is not None:

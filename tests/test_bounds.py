@@ -129,3 +129,6 @@ def test_the_chain_hold_is_a_path_so_never_above_the_longest(name: str) -> None:
     assert all(hold(a, r) <= bounds.hold_time(p, a, r) + 1e-9 for a, r in pairs)
     if name == "vshape":  # one chain: the path is the only one
         assert all(abs(hold(a, r) - bounds.hold_time(p, a, r)) < 1e-9 for a, r in pairs)
+    # below HOLD_WORK every pair's hold is the longest path, its lookups done once: the same numbers
+    longest = bounds.holds_of(p, len(pairs))
+    assert [longest(a, r) for a, r in pairs] == [bounds.hold_time(p, a, r) for a, r in pairs]

@@ -22,7 +22,9 @@ HOSTILE = ["nan", "-nan", "inf", "-inf", "0", "-1", "1e300", "-1e300", "1e-300",
 GOOD = {"-n": ["1", "2", "4"], "--devices": ["1", "2", "4"], "--time-limit": ["1", "0.5"], "--memory": ["4", "2,2"],
         "--latency": ["0", "0.5", "1e10"], "--forward": ["1", "1e-6"], "--backward": ["3", "2.5"],
         "--timeout": ["30", "1000000"], "--micro-batch-size": ["1", "65536"], "--seed": ["0", "4294967295"],
-        "--steps": ["1"], "--lr": ["0.1", "0"], "--data-parallel": ["1"], "--workers": ["1", "2"]}
+        "--steps": ["1"], "--lr": ["0.1", "0"], "--data-parallel": ["1"], "--workers": ["1", "2"],
+        "--noise": ["0", "0.1", "5"], "--trials": ["1", "3"], "--cores": ["1", "2.5"]}
+SCHEDULE = "{schedule}"  # replaced by a real schedule file (simulate's argument)
 COMMANDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     # base command line, the options fuzzed on it
     "show": (("show", "vshape"), ("--devices", "--forward", "--backward", "--latency")),
@@ -32,6 +34,9 @@ COMMANDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "run": (("run", "--model", "mlp", "--schedule", "1f1b", "--programs"),
             ("-n", "--devices", "--timeout", "--micro-batch-size", "--seed", "--steps", "--lr", "--data-parallel")),
     "plan": (("plan", "gpt", "--devices", "4", "--time-limit", "1"), ("--memory", "--set", "-n")),
+    "simulate": (("simulate", SCHEDULE), ("--noise", "--seed", "--trials", "--latency", "--cores")),
+    "compare": (("compare", "vshape", "--methods", "1f1b,gpipe,fast", "--time-limit", "1"),
+                ("-n", "--devices", "--memory", "--latency", "--time-limit")),
 }
 ENV_NAMES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 ENV_TEXT = st.sampled_from(["0", "1", "2", "-1", "abc", "", " 1", "99999", "65535", "1e3", "\u0661", "\udcff",
@@ -51,20 +56,30 @@ def command_line(draw: st.DrawFn) -> list[str]:
             argv += ["--set", f"{key}={draw(st.sampled_from(HOSTILE + ['true', '2', '1000000000']))}"]
         else:
             value = draw(st.sampled_from(HOSTILE + GOOD.get(opt, [])))
-            if opt == "--time-limit" and value in ("4097", "1e9", "2200000", "1e12"):
+            if opt in ("--time-limit", "--trials") and value in ("4097", "1e9", "2200000", "1e12"):
                 value = "1" if value == "4097" else value  # a valid long limit would only make the test slow
             argv += [opt, value]
-    if name in ("search", "baseline") and "-n" not in argv:
+    if name in ("search", "baseline", "compare") and "-n" not in argv:
         argv += ["-n", "2"]
     return argv
 
 
+@pytest.fixture(scope="module")
+def schedule_file(tmp_path_factory: pytest.TempPathFactory) -> str:
+    from tessel import library
+    from tessel.baselines import BASELINES
+    path = tmp_path_factory.mktemp("fuzz") / "s.json"
+    BASELINES["1f1b"](library.vshape(4), 4, None).save(path)
+    return str(path)
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(argv=command_line())
-def test_fuzzed_options_never_traceback(argv: list[str], tessel: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_fuzzed_options_never_traceback(argv: list[str], tessel: Any, monkeypatch: pytest.MonkeyPatch,
+                                        schedule_file: str) -> None:
     for name in ENV_NAMES:
         monkeypatch.delenv(name, raising=False)
-    rc, out, err = tessel(*argv)
+    rc, out, err = tessel(*(schedule_file if a == SCHEDULE else a for a in argv))
     assert rc in (0, 2), (argv, rc, err[-2000:])
     if rc == 2:
         assert err.count("\n") == 1 and err.startswith("tessel: error: "), (argv, err)

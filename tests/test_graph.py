@@ -78,6 +78,29 @@ def test_ancestors_and_descendants_equal_the_transitive_closure(g: Graph) -> Non
     desc = graph.descendants(order, graph.successors(nodes, edges))
     assert {x: set(v) for x, v in anc.items()} == reach
     assert {x: set(v) for x, v in desc.items()} == {x: {y for y in nodes if x in reach[y]} for x in nodes}
+    assert {x: members(order, v) for x, v in graph.ancestor_bits(order, preds_of(nodes, edges)).items()} == reach
+
+
+def members(order: list[str], bits: int) -> set[str]:
+    """The nodes of a bit set over `order` (graph.ancestor_bits)."""
+    return {x for i, x in enumerate(order) if bits >> i & 1}
+
+
+@pytest.mark.slow
+@settings(max_examples=100, deadline=None)
+@given(dags(), st.data())
+def test_least_memory_equals_the_walk_over_each_blocks_ancestors(g: Graph, data: st.DataObject) -> None:
+    """least_memory's popcounts per memory value against its definition, walked block by block."""
+    nodes, edges = g
+    memory = {x: data.draw(st.integers(-3, 3)) for x in nodes}
+    devices = {x: tuple(data.draw(st.sets(st.integers(0, 2), min_size=1, max_size=2))) for x in nodes}
+    p = make_placement("g", 3, [Block(x, "forward", 1, memory[x], devices[x]) for x in nodes], edges)
+    reach = closure(nodes, edges)
+    want = [0, 0, 0]
+    for x in nodes:
+        for d in devices[x] if memory[x] > 0 else ():
+            want[d] = max(want[d], memory[x] + sum(memory[a] for a in reach[x] if d in devices[a]))
+    assert least_memory(p) == want
 
 
 @pytest.mark.slow
@@ -120,7 +143,8 @@ def test_placement_and_search_use_the_same_walks() -> None:
                                                    {x: i for i, x in enumerate(ids)}.__getitem__)
     assert block_components(p) == graph.components(ids, p.edges)
     problem = make_problem(p, None)
-    assert problem.ancestors == graph.ancestors(p.topo_order, p.preds)
+    anc = graph.ancestors(p.topo_order, p.preds)
+    assert {x: members(list(p.topo_order), bits) for x, bits in problem.ancestors.items()} == anc
 
 
 def test_least_memory_counts_ancestors_on_the_same_device() -> None:

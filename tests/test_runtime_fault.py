@@ -1,6 +1,7 @@
 """Faults stop every rank quickly with a message naming rank, instruction, block and micro-batch."""
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -108,3 +109,38 @@ def test_the_job_timeout_stops_a_hung_job() -> None:
     assert msg.startswith("the job ran past its timeout of 3 s"), msg
     assert all(f"rank {r} stopped at start-up: the launcher stopped the job" in msg for r in range(4)), msg
     assert "finished" not in msg and "imed out" not in msg, msg  # neither the sleep nor the process-group timeout
+
+
+def _crasher(ctx: Any) -> str:
+    """Rank 1 dies outright (no note of its own) while rank 0 waits for its message."""
+    if ctx.rank == 1:
+        os._exit(3)
+    torch.distributed.recv(torch.zeros(1), 1)
+    return "finished"
+
+
+def test_a_crashed_peer_leads_even_when_the_launcher_is_slow_to_note_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rank 1's hard exit closes rank 0's connection at once; the launcher's note comes when it next
+    runs, 1.5 s late here as on a loaded machine. Rank 0 waits for that note (launch.NOTE_WAIT), not a
+    guessed half second, so the crash leads and rank 0 reports that it stopped because of it."""
+    from tessel.runtime import launch as launcher
+    real = launcher._abort
+
+    def slow(store: Any, message: str) -> None:
+        time.sleep(1.5)
+        real(store, message)
+    monkeypatch.setattr(launcher, "_abort", slow)
+    with pytest.raises(LaunchError) as e:
+        launch(_crasher, 2, (), Options(timeout=60, pg_timeout=20))
+    lines = str(e.value).splitlines()
+    assert lines[0] == "rank 1 exited with code 3", lines
+    assert any(line.strip() == "rank 0 stopped at start-up: the launcher stopped the job" for line in lines), lines
+
+
+def test_only_a_lost_connection_waits_for_a_note() -> None:
+    from tessel.errors import TesselError
+    from tessel.runtime.launch import peer_gone
+    gloo = "[gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:24474. This is typically ..."
+    assert peer_gone(RuntimeError(gloo)) and peer_gone(ConnectionResetError("x")) and peer_gone(BrokenPipeError())
+    assert not peer_gone(RuntimeError("deliberate failure")) and not peer_gone(RuntimeError("Timed out after 2 s"))
+    assert not peer_gone(TesselError("connection closed"))

@@ -104,6 +104,28 @@ def test_json_round_trip_keeps_everything(tmp_path: Path) -> None:
     assert t.figures() == s.figures()
 
 
+def test_save_writes_the_bytes_of_json_dumps_of_to_dict(tmp_path: Path) -> None:
+    """save writes the tasks straight from the Task values: the same bytes as the dicts would
+    give, with float starts, ids that JSON escapes, a limit per device and meta json cannot write."""
+    blocks = [Block("f\u00e9\"0", "forward", 0.3, 1, (0,)), Block("b\u202e1", "backward", 0.7, -1, (0,))]
+    p = make_placement("esc\u00e9", 1, blocks, [("f\u00e9\"0", "b\u202e1")])
+    plain = BASELINES["1f1b"](library.zb(4, forward=0.3, backward=0.7, weight=0.1), 6, None)
+    for s in (BASELINES["gpipe"](p, 3, 5).with_meta(odd=object(), nan=float("nan"), big=10**30), plain,
+              BASELINES["zb-h1"](library.zb(4, latency=0.5), 12, [6, 6, 6, 5])):
+        s.save(tmp_path / "s.json")
+        text = (tmp_path / "s.json").read_text()
+        assert text == json.dumps(s.to_dict(), indent=None, separators=(",", ":"), default=str)
+        assert Schedule.load(tmp_path / "s.json", check=True).tasks == s.tasks
+
+
+def test_with_meta_keeps_the_figures_computed_so_far() -> None:
+    s = BASELINES["1f1b"](library.vshape(4), 8, 4)
+    peaks = s.peak_memory
+    t = s.with_meta(note="x")
+    assert t.meta["note"] == "x" and "note" not in s.meta
+    assert t.__dict__["peak_memory"] is peaks and t.figures() == s.figures() and t.tasks is s.tasks
+
+
 def test_independent_checker_agrees(one_f_one_b: dict[str, Any], tmp_path: Path) -> None:
     path = tmp_path / "s.json"
     path.write_text(json.dumps(one_f_one_b))

@@ -192,3 +192,32 @@ def test_a_completion_the_clock_cannot_hold_is_the_plain_unroll_and_valid(monkey
     full = search(p, 16, 2, time_limit=10)
     assert max(lean.peak_memory) <= 2 and lean.meta["base"] == "repetend"
     assert full.makespan <= lean.makespan
+
+
+def test_the_race_refuses_a_baseline_over_the_limit_from_its_orders_without_building_it(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Memory depends on each device's order alone: the race's pre-check refuses 1f1b and gpipe over
+    the limit with the message their build would give, and neither is built (at 4,096 devices each
+    build took seconds before it failed the limit)."""
+    from tessel.search.passes import race
+    p = library.vshape(4)
+    for name in ("1f1b", "gpipe"):
+        with pytest.raises(BaselineError) as e:
+            BASELINES[name](p, 16, 2)
+        assert race.over_limit(name, p, 16, (2, 2, 2, 2)) == str(e.value)
+        assert race.over_limit(name, p, 16, (16, 16, 16, 16)) is None
+    monkeypatch.setattr(race, "BASELINE_TASKS", 10)
+    calls: list[str] = []
+    monkeypatch.setattr(race, "run_baseline", lambda name, *a, **k: calls.append(name))
+    s = checked(search(p, 16, 2, time_limit=10), tmp_path)
+    assert calls == [] and max(s.peak_memory) <= 2 and s.meta["base"] == "repetend"
+
+
+def test_mode_exact_builds_no_model_the_clock_cannot_hold(tmp_path: Path) -> None:
+    """A whole-problem model costs Budget.model_per_task per task to build before any solve (131k
+    tasks: 7 s): one the clock left cannot hold is not built; the hint's schedule is the answer."""
+    from tessel.search import Budget
+    p = library.vshape(4)
+    s = checked(search(p, 8, mode="exact", time_limit=5, budget=Budget(model_per_task=10.0)), tmp_path)
+    assert s.meta["statuses"]["exact"] == "unknown" and "exact" in s.meta["seconds"]
+    assert s.makespan <= BASELINES["1f1b"](p, 8, None).makespan

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tessel import library
+from tessel.errors import TesselError
 from tessel.placement import PlacementError
 from tessel.schedule import Schedule, ScheduleError
 from tessel.simulate import noise_factor, perturb, recost, robustness, simulate
@@ -84,6 +85,19 @@ def test_task_noise_gives_a_valid_unfolded_schedule(v1f1b):
     assert jitter.peak_memory == v1f1b.peak_memory
     durations = {jitter.placement.by_id[f"f0#{m}"].duration for m in range(12)}
     assert len(durations) == 12  # every micro-batch drew its own
+
+
+def test_a_wide_spread_keeps_every_duration_in_the_range_a_placement_accepts(v1f1b):
+    """noise 5 draws factors of 1e-5 and below: a block of 1 would fall under MIN_DURATION (the replay
+    was refused as an invalid placement); draws are kept in range, the replay is valid."""
+    from tessel.placement import MAX_VALUE, MIN_DURATION
+    for scope in ("task", "block"):
+        wide = simulate(v1f1b, noise=5.0, scope=scope, seed=3)
+        durations = [b.duration for b in wide.placement.blocks]
+        assert wide.errors() == [] and min(durations) >= MIN_DURATION and max(durations) <= MAX_VALUE
+        assert min(durations) == MIN_DURATION  # some draw was that small and was kept in range
+    with pytest.raises(TesselError, match="noise must be a number in 0..10"):
+        simulate(v1f1b, noise=1e300)
 
 
 def test_noise_factors_have_mean_one_and_stay_positive():
@@ -204,5 +218,11 @@ def test_cli_simulate_writes_the_replay_and_compares_under_noise(tmp_path, capsy
     assert main(["simulate", str(tmp_path / "a.json"), "--cores", "1"]) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if x.strip().startswith("makespan:"))
     assert float(line.split(":")[1]) == pytest.approx(12 * sum(p.loads), rel=0.02)  # one core: all work in turn
-    assert main(["simulate", str(tmp_path / "a.json"), "--noise", "-0.5"]) == 2
-    assert "noise" in capsys.readouterr().err
+    for bad in (["--noise", "-0.5"], ["--noise", "1e300"], ["--seed", "-5"], ["--trials", "1000000000"]):
+        with pytest.raises(SystemExit) as e:  # argparse's refusal: one line, exit 2
+            main(["simulate", str(tmp_path / "a.json"), *bad])
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and bad[0] in err and err.count("\n") == 1, err
+    # trials x tasks over MAX_REPLAYS: refused after reading the schedules, before any replay
+    assert main(["simulate", str(tmp_path / "a.json"), "--noise", "0.1", "--trials", "1000000"]) == 2
+    assert "task replays, more than the 1,000,000 accepted" in capsys.readouterr().err

@@ -14,13 +14,15 @@ from collections.abc import Callable
 from dataclasses import replace
 from functools import lru_cache, partial
 
+from ..key import Key
 from ..placement import Placement
 from ..schedule import EPS, Schedule, normalise_limit
 from .repetend import detect, window_holds
 from .schedules import REGISTRY, Baseline, Limit
 from .shapes import BaselineError
 
-__all__ = ["BASELINES", "BaselineError", "applicable", "linear", "raced", "why_not", "run_baseline", "with_repetend"]
+__all__ = ["BASELINES", "BaselineError", "applicable", "linear", "orders", "raced", "why_not", "run_baseline",
+           "with_repetend"]
 log = logging.getLogger(__name__)
 # the most tasks of the small schedules built to find a steady state
 DETECT_TASKS = 50_000
@@ -39,14 +41,23 @@ def applicable(placement: Placement) -> list[str]:
     return [name for name in REGISTRY if why_not(name, placement) is None]
 
 
-def raced(placement: Placement) -> list[str]:
-    """The applicable baselines a search races by default (torch's generators only on request)."""
-    return [name for name in applicable(placement) if REGISTRY[name].raced]
+def raced(placement: Placement, linear_only: bool = False) -> list[str]:
+    """The applicable baselines a search races by default (torch's generators only on request);
+    with `linear_only`, those built in linear time (`linear`), the only ones whose fit is checked
+    (a check walks the placement: a second for them all at 4,096 devices)."""
+    return [name for name, base in REGISTRY.items()
+            if base.raced and (not linear_only or base.linear(placement)) and why_not(name, placement) is None]
 
 
 def linear(name: str, placement: Placement) -> bool:
     """Whether baseline `name` builds its schedule of this placement in time linear in the tasks."""
     return _get(name).linear(placement)
+
+
+def orders(name: str, placement: Placement, micro_batches: int) -> list[list[Key]] | None:
+    """Baseline `name`'s per-device orders before any timing, where it has them in closed form
+    (gpipe; 1f1b on a plain pipeline); else None."""
+    return _get(name).orders(placement, micro_batches)
 
 
 def _get(name: str) -> Baseline:

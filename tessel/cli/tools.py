@@ -5,17 +5,20 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..schedule import Schedule
-from .common import UsageError, fmt, positive_int, print_summary, print_table
+from ..simulate import MAX_NOISE
+from .common import UsageError, finite_float, fmt, int_in, positive_int, print_summary, print_table
 from .outputs import add_output_args, output_path, write_outputs
-from .runtime import MODEL_NAMES
+from .runtime import MAX_SEED, MODEL_NAMES
 
 if TYPE_CHECKING:
     from ..runtime.profiler import Profile
+
+MAX_REPLAYS = 1_000_000  # task replays one `simulate --trials` may ask for (trials x tasks of every schedule)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -142,7 +145,8 @@ def _register_simulate(sub: argparse._SubParsersAction[argparse.ArgumentParser])
                                    "latency; print the new figures, or with --trials the makespan "
                                    "distribution (against --against schedules under the same draws).")
     p.add_argument("schedule", metavar="SCHEDULE", help="schedule JSON")
-    p.add_argument("--noise", type=float, default=0.0, help="relative log-normal spread of durations (e.g. 0.1)")
+    p.add_argument("--noise", type=finite_float("--noise", 0, MAX_NOISE), default=0.0,
+                   help="relative log-normal spread of durations (e.g. 0.1)")
     p.add_argument("--scope", choices=("block", "task"), default=None,
                    help="one draw per block (cost error) or per task (jitter); default block, "
                         "task with --trials")
@@ -151,8 +155,9 @@ def _register_simulate(sub: argparse._SubParsersAction[argparse.ArgumentParser])
                    "(e.g. from `tessel profile`)")
     p.add_argument("--cores", type=float, metavar="C", help="the devices are processes sharing C CPU cores "
                    "(e.g. CPU ranks on one host): durations stretch while more than C compute")
-    p.add_argument("--seed", type=int, default=0, help="noise seed (default 0)")
-    p.add_argument("--trials", type=positive_int, default=1, help="replays under independent draws (default 1)")
+    p.add_argument("--seed", type=int_in("--seed", 0, MAX_SEED), default=0, help="noise seed (default 0)")
+    p.add_argument("--trials", type=int_in("--trials", 1, MAX_REPLAYS), default=1,
+                   help="replays under independent draws (default 1)")
     p.add_argument("--against", nargs="+", metavar="SCHEDULE", default=[],
                    help="other schedules of the same placement to compare under the same draws")
     add_output_args(p)
@@ -183,6 +188,7 @@ def _simulate(args: argparse.Namespace) -> int:
         for path in args.against:
             other = _load(path)
             named[_name(path, other, named)] = other
+        _check_replays(args.trials, [len(x.tasks) for x in named.values()])
         r = robustness(named, args.noise, args.trials, args.seed, args.scope or "task", latency=args.latency)
         heads, rows = r.table()
         print_table(heads, rows, title=f"makespan under noise {args.noise:g} ({r.scope} draws), "
@@ -195,6 +201,16 @@ def _simulate(args: argparse.Namespace) -> int:
     print(f"{'nominal':>14}: {fmt(s.makespan)} ({change:+.2%})")
     write_outputs(out, args)
     return 0
+
+
+def _check_replays(trials: int, tasks: Sequence[int]) -> None:
+    """Refused before any replay: more task replays than MAX_REPLAYS (about 40 us each: a billion
+    trials ran until killed)."""
+    total = trials * sum(tasks)
+    if total > MAX_REPLAYS:
+        raise UsageError(f"--trials {trials:,} x {sum(tasks):,} tasks ({len(tasks)} schedule(s)) = {total:,} task "
+                         f"replays, more than the {MAX_REPLAYS:,} accepted; use at most "
+                         f"{max(1, MAX_REPLAYS // sum(tasks)):,} trials")
 
 
 def _name(path: str, s: Schedule, taken: Mapping[str, Any]) -> str:

@@ -43,9 +43,14 @@ from . import comm, forkserver, wire
 from .signed import SignedStore
 
 log = logging.getLogger(__name__)
-CONSEQUENCE_WAIT = 0.5  # seconds a rank whose error is not its own reason waits for a peer's abort note
-
 GRACE_SECONDS = 5.0
+# a rank whose connection a peer's end closed waits for the note that names the failure (the peer's,
+# or the launcher's once it sees the exit) at most this long: the launcher kills every survivor
+# GRACE_SECONDS after the first failure it sees, so a note not written by then is not coming (under
+# torchrun, whose agent writes none for a crash, the rank's own error leads, that much later)
+NOTE_WAIT = GRACE_SECONDS
+# what gloo and the store say when the other end went away: a consequence, not a reason
+PEER_GONE = ("connection closed", "connection reset", "broken pipe", "end of file")
 MAX_MESSAGE = 2**31 - 1   # most bytes one rank's report may take through its pipe
 
 
@@ -260,6 +265,28 @@ def _worker(rank: int, world: int, job: comm.Job, fn: Callable[..., Any], args: 
     os._exit(0)
 
 
+def _awaited_note(ctx: comm.Context, e: BaseException) -> str:
+    """The abort note; when `e` says a peer's end closed the connection and there is none yet,
+    the note that peer's failure brings (its own, or the launcher's when it sees the exit),
+    waited for on the wall clock (NOTE_WAIT at most), not a guess of how long it takes: on a
+    loaded machine the launcher may take over a second to run."""
+    note = ctx.aborted() or ""
+    if note or not peer_gone(e):
+        return note
+    deadline = time.monotonic() + NOTE_WAIT
+    while not note and time.monotonic() < deadline:
+        time.sleep(comm.POLL_SECONDS)
+        note = ctx.aborted() or ""
+    return note
+
+
+def peer_gone(e: BaseException) -> bool:
+    """Whether `e` says the other end of a connection went away (its cause is elsewhere)."""
+    if isinstance(e, TesselError):
+        return False
+    return isinstance(e, ConnectionError) or any(s in str(e).lower() for s in PEER_GONE)
+
+
 def _loopback_interface() -> str:
     names = [name for _, name in socket.if_nameindex()]
     return "lo" if "lo" in names or not names else next((n for n in names if n.startswith("lo")), "lo")
@@ -278,11 +305,7 @@ def _fail(rank: int, ctx: comm.Context | None, job: comm.Job, options: Options, 
             ctx = comm.Context(rank, 0, torch.device("cpu"),
                                SignedStore(comm.connect(job.host, job.port, job.prefix, td), key), td, key,
                                global_rank=rank, outbox=outbox)
-        note = ctx.aborted() or ""
-        if not note and not isinstance(e, TesselError):
-            # a lost connection is often a peer's failure whose abort note is a moment behind
-            time.sleep(CONSEQUENCE_WAIT)
-            note = ctx.aborted() or ""
+        note = _awaited_note(ctx, e)
         origin = note.partition("|")[0]
         if note and origin != str(rank):
             # a peer failed first and its exit broke our connection: ours is a consequence

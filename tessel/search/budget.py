@@ -114,6 +114,9 @@ class Budget:
     orders_share: float = 0.2  # of the limit kept from the passes before it for the order polish (passes/orders.py) ...
     orders_cap: float = 3.0  # ... seconds at most (its replay budget takes about that at 400 tasks)
     exact_hint_share: float = 0.3  # exact: the tessel schedule that hints the whole-problem solve
+    model_per_task: float = 4e-5  # seconds building a whole-problem model takes per task (30-60 us measured
+    # on 2 shared cores): mode exact builds none the clock left cannot hold (131k tasks: 7 s before any solve)
+    model_per_block: float = 1.5e-4  # ... and a period's model per block and copy (110-190 us: 8,192 blocks 1.6 s)
     repetend_builds: float = 6.0  # a raced baseline that wins: finding its repetend costs about this many builds
     # -- stalls: seconds without a better solution after which a solve stops
     stall_work: float = 0.5  # deterministic seconds of solver work per stall second (one worker)
@@ -165,6 +168,11 @@ class Budget:
         """Tasks the order polish may replay after solves of `solver_work` deterministic seconds
         (more for a search that worked harder, as the half of its time it used to get)."""
         return min(self.order_work, max(self.order_least, int(self.order_per_work * solver_work)))
+
+    def models(self, tasks: int, clock: Clock, per: float | None = None) -> bool:
+        """Whether `clock` holds building a model of `tasks` tasks (whole-problem; with `per`,
+        seconds per unit of another model, e.g. model_per_block)."""
+        return tasks * (self.model_per_task if per is None else per) < clock.left()
 
     def stall(self, seconds: float) -> Stall:
         return Stall(seconds, seconds * self.stall_work)

@@ -29,6 +29,8 @@ def solve_exact(problem: Problem, micro_batches: int, clock: Clock, workers: int
     `hint` (a valid schedule on the grid) bounds the horizon. With `stall`, a quick
     improvement of the hint rather than a proof."""
     t0 = time.perf_counter()
+    if clock.expired():  # before the model: building it takes seconds at thousands of tasks
+        return SolveResult("unknown", None, None, 0.0)
     n = micro_batches
     lb = problem.lower_bound(n)
     horizon = _horizon(problem, n, hint)

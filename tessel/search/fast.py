@@ -19,6 +19,8 @@ does); the solver then only polishes the span within the time limit (orchestrate
 from __future__ import annotations
 
 import logging
+import math
+import time
 from bisect import bisect_right, insort
 from collections.abc import Sequence
 
@@ -36,13 +38,19 @@ MAX_STEPS = 64  # periods tried upward from the bound before one micro-batch at 
 # at the bound, and one micro-batch at a time is many times longer (interleaved at 32 devices:
 # fits from the bound + 1, 28 x longer one at a time)
 MIN_TRIES = 4
+CHECK_EVERY = 64  # blocks a construction places between looks at its deadline
+CHEAP_SECONDS = 0.5  # the climb's MIN_TRIES run this long past its clock at most (interleaved-32's take ms)
 
 
-def construct(problem: Problem, period: int, order: Sequence[str] | None = None) -> Modulo | None:
-    """The repetend of the pass described above at this period, or None when a block finds no phase."""
+def construct(problem: Problem, period: int, order: Sequence[str] | None = None,
+              deadline: float = math.inf) -> Modulo | None:
+    """The repetend of the pass described above at this period, or None when a block finds no
+    phase (or the time.perf_counter() `deadline` passes: a pass is quadratic in a device's blocks)."""
     busy: list[Busy] = [[] for _ in range(problem.units.devices)]
     starts: dict[str, int] = {}
-    for b in order or problem.block_ids:
+    for i, b in enumerate(order or problem.block_ids):
+        if not i % CHECK_EVERY and time.perf_counter() > deadline:
+            return None
         ready = max((starts[a] + problem.gap(a, b) for a in problem.units.preds[b]), default=0)
         t = _earliest(busy, problem.devices_of[b], ready, problem.duration[b], period)
         if t is None:
@@ -77,14 +85,18 @@ def _take(busy: list[Busy], devices: Sequence[int], phase: int, dur: int) -> Non
         insort(busy[d], (phase, dur))
 
 
-def packed(problem: Problem, period: int) -> Modulo | None:
+def packed(problem: Problem, period: int, deadline: float = math.inf) -> Modulo | None:
     """The paper's construction proper: pack every device's blocks into one period ignoring
     dependencies (blocks on many devices first, then longest first: first fit on a circle),
-    then give each block, in dependency order, the least offset that restores its inputs."""
+    then give each block, in dependency order, the least offset that restores its inputs
+    (None when the packing fails or the `deadline` passes)."""
     busy: list[Busy] = [[] for _ in range(problem.units.devices)]
     rank = {b: i for i, b in enumerate(problem.block_ids)}
     phase: dict[str, int] = {}
-    for b in sorted(problem.block_ids, key=lambda b: (-len(problem.devices_of[b]), -problem.duration[b], rank[b])):
+    ranked = sorted(problem.block_ids, key=lambda b: (-len(problem.devices_of[b]), -problem.duration[b], rank[b]))
+    for i, b in enumerate(ranked):
+        if not i % CHECK_EVERY and time.perf_counter() > deadline:
+            return None
         t = _earliest(busy, problem.devices_of[b], 0, problem.duration[b], period)
         if t is None:
             return None
@@ -97,9 +109,10 @@ def packed(problem: Problem, period: int) -> Modulo | None:
     return Modulo.from_starts(period, {(b, 0): s for b, s in starts.items()})
 
 
-def constructions(problem: Problem, period: int) -> list[Modulo]:
-    """Every construction that exists at this period, shortest span first."""
-    built = [construct(problem, period, o) for o in _orders(problem)] + [packed(problem, period)]
+def constructions(problem: Problem, period: int, deadline: float = math.inf) -> list[Modulo]:
+    """Every construction that exists at this period (and is built by the time.perf_counter()
+    `deadline`), shortest span first."""
+    built = [construct(problem, period, o, deadline) for o in _orders(problem)] + [packed(problem, period, deadline)]
     return sorted((m for m in built if m is not None), key=lambda m: m.span(problem))
 
 
@@ -112,12 +125,22 @@ def starting_repetend(problem: Problem, clock: Clock | None = None) -> Modulo:
     then asks the solver whether any order does)."""
     one = sequential(problem)
     T, step = problem.period_bound, max(1, problem.period_bound // 100)
+    # Little's law: below the floor no repetend fits memory, so none is built there (at 4,096
+    # devices under a limit the constructions below it took seconds each); the periods tried are
+    # the same, so is the first that fits
+    floor, tried = problem.memory_period_bound, 0
+    # MIN_TRIES while they are cheap: CHEAP_SECONDS (or its clock again) past its clock the climb
+    # stops, a construction midway (one try at 5,000 blocks took 4 s: four ran 12 s on a 5 s limit)
+    stop = math.inf if clock is None else clock.deadline + max(clock.limit, CHEAP_SECONDS)
     for i in range(MAX_STEPS):
-        if T >= one.period or (clock is not None and i >= MIN_TRIES and clock.expired()):
+        if T >= one.period or (clock is not None and clock.expired() and
+                               (tried >= MIN_TRIES or time.perf_counter() > stop)):
             break
-        fitting = [m for m in constructions(problem, T) if fits(problem, m)]
-        if fitting:
-            return fitting[0]
+        if T >= floor:
+            tried += 1
+            fitting = [m for m in constructions(problem, T, stop) if fits(problem, m)]
+            if fitting:
+                return fitting[0]
         T += step if i < 8 else step * (2 ** (i - 7))
     if not fits(problem, one):
         raise NoFitError(f"one micro-batch at a time does not fit the memory of {problem.placement.name!r}")

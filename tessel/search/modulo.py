@@ -53,8 +53,15 @@ class Modulo:
 
     def unrolled(self, micro_batches: range) -> dict[Key, int]:
         """The plain unroll: micro-batch c * P + j at copy j's pattern, c periods later."""
-        blocks = {b for b, _ in self.phase}
-        return {(b, k): self.start(b, k) for k in micro_batches for b in blocks}
+        first = {x: self.offset[x] * self.period + self.phase[x] for x in self.phase}  # each copy's, c = 0
+        by_copy = [[(b, t) for (b, j), t in first.items() if j == copy] for copy in range(self.copies)]
+        out: dict[Key, int] = {}
+        for k in micro_batches:  # a shift per micro-batch, not a start() per task (524k at 4,096 devices)
+            c, j = divmod(k, self.copies)
+            shift = c * self.period
+            for b, t in by_copy[j]:
+                out[(b, k)] = t + shift
+        return out
 
     def in_flight(self, problem: Problem) -> int:
         """How many repetitions overlap one window of the steady state."""

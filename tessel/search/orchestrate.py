@@ -43,7 +43,7 @@ from .passes.start import listed, start
 from .passes.whole import exact, hinted, whole
 from .polish import MOST_TASKS
 from .problem import make_problem
-from .solver import DEFAULT_WORKERS, Progress
+from .solver import DEFAULT_WORKERS, Progress, load
 from .state import State, objective_value
 
 __all__ = ["objective_value", "search"]
@@ -137,6 +137,9 @@ def search(placement: Placement, micro_batches: int, memory: Number | Sequence[N
     polished = mode != "exact" and objective == "makespan" and micro_batches * len(placement.blocks) <= MOST_TASKS
     state = State(problem, micro_batches, Clock(limit - budget.orders_reserve(limit) * polished, outer.t0),
                   workers or DEFAULT_WORKERS, progress, budget, objective)
+    if budget.models(len(placement.blocks), state.clock.share(budget.repetend_share * budget.slice_share),
+                     budget.model_per_block):  # a first period solve could run: CP-SAT loaded off its slice
+        load()
     share = (lambda b: b.fast_race_share) if mode == "fast" else (lambda b: b.race_share)
     first = () if mode != "fast" and cheap(state) else (Pass("baselines", racing(share)),)
     run_passes(state, (*first, Pass("start", start)))

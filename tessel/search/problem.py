@@ -72,10 +72,21 @@ class Problem:
         return [b.id for b in self.units.blocks_on(device) if b.memory]
 
     @cached_property
-    def ancestors(self) -> dict[str, frozenset[str]]:
-        return graph.ancestors(self.units.topo_order, self.units.preds)
+    def ancestors(self) -> dict[str, int]:
+        """Each block's ancestors as a bit set over block_ids (graph.ancestor_bits)."""
+        return graph.ancestor_bits(self.units.topo_order, self.units.preds)
 
     def memory_pairs(self, device: int) -> list[tuple[str, str, int]] | None:
+        """_memory_pairs, once per device (Little's law and the bounds each ask for every device's)."""
+        if device not in self._pairs:
+            self._pairs[device] = self._memory_pairs(device)
+        return self._pairs[device]
+
+    @cached_property
+    def _pairs(self) -> dict[int, list[tuple[str, str, int]] | None]:
+        return {}
+
+    def _memory_pairs(self, device: int) -> list[tuple[str, str, int]] | None:
         """The device's memory as holds (allocating block, releasing block, amount) of one
         micro-batch, each release matched to allocations of its ancestors (latest first), so
         memory is held from the allocation's start to the release's end; None when some
@@ -87,7 +98,8 @@ class Problem:
         for r in sorted((b for b in blocks if self.memory[b] < 0), key=order.__getitem__):
             need = -self.memory[r]
             ancestors = self.ancestors[r]
-            for a in sorted((a for a, x in left.items() if x and a in ancestors), key=order.__getitem__, reverse=True):
+            for a in sorted((a for a, x in left.items() if x and ancestors >> order[a] & 1), key=order.__getitem__,
+                            reverse=True):
                 take = min(need, left[a])
                 pairs.append((a, r, take))
                 left[a] -= take
@@ -173,7 +185,7 @@ class Problem:
     def schedule(self, micro_batches: int, starts: Mapping[Key, int], repetend_at: tuple[int, int] | None,
                  period: int | None, meta: Mapping[str, Any]) -> Schedule:
         """The real schedule of grid starts; `repetend_at` = (start, end) of the kernel on the grid."""
-        real = {k: self.real(v) for k, v in starts.items()}
+        real = dict(starts) if self.resolution == 1 else {k: self.real(v) for k, v in starts.items()}
         rep = None
         if repetend_at is not None and period is not None:
             rep = Repetend(self.real(period), self.real(repetend_at[0]), self.real(repetend_at[1]))
@@ -264,16 +276,26 @@ def _unscale(x: int, scale: int) -> Number:
     return x if scale == 1 else x / scale
 
 
-def least_memory(units: Placement) -> list[int]:
+def least_memory(units: Placement, ancestors: Mapping[str, int] | None = None) -> list[int]:
     """Per device, the memory any schedule needs at least: a block's allocation on top of
-    everything its ancestors allocated (and released) on that device before it can start."""
-    anc = graph.ancestors(units.topo_order, units.preds)
+    everything its ancestors allocated (and released) on that device before it can start.
+    `ancestors`: graph.ancestor_bits of the units (Problem.ancestors), computed when not given.
+    A device's blocks are grouped by their memory, one bit set a group, so a block's level is a
+    popcount per group (a walk over its ancestors was quadratic: seconds at 8,192 blocks)."""
+    order = units.topo_order
+    anc = graph.ancestor_bits(order, units.preds) if ancestors is None else ancestors
+    index = {x: i for i, x in enumerate(order)}
+    groups: list[dict[Number, int]] = [{} for _ in range(units.devices)]  # per device: memory -> its blocks
+    for b in units.blocks:
+        for d in b.devices if b.memory else ():
+            groups[d][b.memory] = groups[d].get(b.memory, 0) | 1 << index[b.id]
     need = [0] * units.devices
     for b in units.blocks:
         if b.memory <= 0:
             continue
+        bits = anc[b.id]
         for d in b.devices:
-            level = b.memory + sum(units.by_id[a].memory for a in anc[b.id] if d in units.by_id[a].devices)
+            level = b.memory + sum(m * (bits & mask).bit_count() for m, mask in groups[d].items())
             need[d] = max(need[d], int(level))
     return need
 
@@ -291,7 +313,7 @@ def check_memory(problem: Problem) -> None:
                                    f"do not release what they allocate), so no limit holds for many "
                                    f"micro-batches; search it without a memory limit (memory=None; no --memory "
                                    f"on the command line)")
-    need = least_memory(problem.units)
+    need = least_memory(problem.units, problem.ancestors)
     short = [d for d, (n, lim) in enumerate(zip(need, problem.limit)) if n > lim]
     if short:
         raise memory_error(problem, need, short)

@@ -37,14 +37,16 @@ import logging
 import math
 from collections.abc import Mapping
 from fractions import Fraction
-
-from ortools.sat.python import cp_model
+from typing import TYPE_CHECKING
 
 from .. import bounds
 from ..numeric import EPS, snap
 from ..placement import Number, Placement
 from .exact import fifo_blocks
 from .problem import Problem
+
+if TYPE_CHECKING:
+    from ortools.sat.python import cp_model
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +133,7 @@ def _solve(problem: Problem, res: float, n: int, d: int, rq: tuple[bounds.Rows, 
            horizon: int, floor: int, work: float) -> tuple[str, int, int | None]:
     """Device d's relaxation with every task ending by `horizon` (grid units), its makespan
     at least `floor`: CP-SAT's status, its proven bound and the makespan it found (or None)."""
+    from ortools.sat.python import cp_model  # seconds to import: only a search asked to prove comes here
     p = problem.placement
     r, q = rq
     m = cp_model.CpModel()

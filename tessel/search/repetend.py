@@ -126,6 +126,8 @@ def solve_period(problem: Problem, period: int, clock: Clock | None, workers: in
                  hint: Modulo | None = None, progress: Progress | None = None, copies: int = 1,
                  stall: Stall | None = None) -> SolveResult:
     """The shortest-span repetend of `copies` micro-batches with this period, if any."""
+    if clock is not None and clock.expired():  # nothing to decide: no model (seconds at thousands of blocks)
+        return SolveResult("unknown", None, None, 0.0)
     usable = hint is not None and hint.period == period and hint.copies == copies
     horizon = hint.span(problem) if hint is not None and usable else _horizon(problem, period, copies)
     m = modulo_model(problem, period, copies, horizon)
@@ -191,11 +193,11 @@ class _Search:
     def attempt(self, T: int, hint: Modulo | None = None) -> tuple[_Found | None, str]:
         """One period of one micro-batch, hinted by a construction at it; a construction that fits
         memory stands in for a solve that found nothing in its slice."""
-        built = constructions(self.problem, T)
+        built = constructions(self.problem, T, self.clock.deadline)  # none past the period search's clock
         fitting = [m for m in built if fits(self.problem, m)]
         if hint is None or hint.period != T or hint.copies != 1:
             hint = (fitting or built)[0] if fitting or built else None
-        res = solve_period(self.problem, T, self.slice(), self.workers, hint, self.progress, 1, self.stall)
+        res = self.solve(T, hint)
         self.tried.append((1, T, res.status))
         if res.found:
             return _Found(modulo_of(res.values, self.problem, T), "solver", res.status), res.status
@@ -214,7 +216,7 @@ class _Search:
         if not self.problem.limited_devices():
             return None
         free = replace(self.problem, limit=None)
-        res = solve_period(free, T, self.slice(), self.workers, hint, self.progress, 1, self.stall)
+        res = self.solve(T, hint, free)
         if not res.found:
             return None
         mod = modulo_of(res.values, self.problem, T)
@@ -223,6 +225,14 @@ class _Search:
         status = "optimal" if res.status == "optimal" else "feasible"
         self.tried.append((1, T, status))
         return _Found(mod, "solver", status)
+
+    def solve(self, T: int, hint: Modulo | None, problem: Problem | None = None) -> SolveResult:
+        """One micro-batch at period T in a slice; undecided at once when the slice cannot hold
+        building the model (Budget.model_per_block: 1.6 s at 8,192 blocks, for a slice of 0.3 s)."""
+        p, clock = problem or self.problem, self.slice()
+        if not self.budget.models(len(p.block_ids), clock, self.budget.model_per_block):
+            return SolveResult("unknown", None, None, 0.0)
+        return solve_period(p, T, clock, self.workers, hint, self.progress, 1, self.stall)
 
     def bracket(self, lo: int, best: _Found) -> _Found:
         """The smallest period of one micro-batch in [lo, best's period): the bound first, then
@@ -295,9 +305,11 @@ def retry_undecided(problem: Problem, res: RepetendResult, clock: Clock, workers
     t0, tried = time.perf_counter(), list(res.tried)
     stall = budget.repetend_stall(len(problem.block_ids)).times(budget.escalate)
     for copies, T in sorted(res.undecided, key=lambda x: (Fraction(x[1], x[0]), x[0])):
-        if clock.left() <= budget.min_slice:
-            break
-        out = solve_period(problem, T, clock.within(budget.cap(stall, workers)), workers, None, None, copies, stall)
+        solve = clock.within(budget.cap(stall, workers))
+        if clock.left() <= budget.min_slice or not budget.models(len(problem.block_ids) * copies, solve,
+                                                                 budget.model_per_block):
+            break  # no time for a solve, or not even for building its model
+        out = solve_period(problem, T, solve, workers, None, None, copies, stall)
         tried.append((copies, T, out.status))
         if out.found:
             mod = modulo_of(out.values, problem, T, copies)

@@ -66,7 +66,9 @@ def completed(state: State, mod: Modulo, clock: Clock, phase: str = "completion"
     raw = plain_unroll(mod, work)
     # the plain unroll is valid as it is: compaction only when the clock holds the builds that follow
     plain = compact(p, work, raw) if state.affords(b.own_builds, work) else raw
-    bound = state.grid_bound(work)  # answer first: no solve once the proven bound is met
+    # answer first: no solve once the proven bound is met (none to bound without an end to free:
+    # the bound of a working N that is not N walks every device's tasks, seconds at 1,024 devices)
+    bound = state.grid_bound(work) if free else 0
     cap = b.cap(stall, state.workers)
     # no end to free (blocks over FREE_TASKS): the compacted unroll is the completion
     done = complete(p, plain, work, free, clock, state.workers, stall, bound, cap) if free \

@@ -46,7 +46,7 @@ def polish(state: State, clock: Clock) -> None:
     p, b, start, t0 = state.problem, state.budget, state.start, time.perf_counter()
     lb = math.ceil(p.period_floor)
     state.report(phase="construct", period=p.real(lb))
-    at_bound = constructions(p, lb) if start.period > lb else [start]
+    at_bound = constructions(p, lb, clock.deadline) if start.period > lb else [start]  # none past the clock
     fitting = [m for m in at_bound if fits(p, m)]
     hint = (fitting or at_bound)[0] if fitting or at_bound else None
     state.report(phase="polish", period=p.real(lb))

@@ -2,6 +2,7 @@
 a quick polish for few tasks (mode tessel), and the proof attempt of mode exact."""
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 from ...numeric import EPS
@@ -10,6 +11,7 @@ from ..exact import solve_exact
 from ..state import State
 from .complete import grid_starts, sizes, with_kernel
 
+log = logging.getLogger(__name__)
 WHOLE_TASKS = 160  # up to this many tasks, tessel also improves the whole schedule in one solve
 
 
@@ -57,6 +59,11 @@ def exact(state: State, clock: Clock) -> None:
     """One solve of everything (a proof when it ends in time), hinted by the best so far."""
     p, n = state.problem, state.micro_batches
     if state.best is None or state.modulo is None:
+        return
+    if not state.budget.models(n * len(p.block_ids), clock):
+        log.info("exact: a model of %d tasks takes longer to build than the %.1fs left", n * len(p.block_ids),
+                 clock.left())
+        state.statuses["exact"] = "unknown"
         return
     out = solve_exact(p, n, clock, state.workers, grid_starts(p, state.best), state.progress)
     state.statuses["exact"] = out.status
