@@ -57,6 +57,7 @@ from .engine import Pool, Pools, backward_first, list_schedule, memory_need, one
 from .interleaved import interleaved, interleaved_fits, interleaved_zb, interleaved_zb_fits
 from .shapes import FORWARD_PHASE, BaselineError, Chain, chain, check_phases, components, one_f_one_b, single_chain
 from .torch_orders import TORCH, torch_chain, torch_orders
+from .vmem import vmem_starts
 from .zbv_hand import zbv_hand_orders
 from .zero_bubble import Plan, zero_bubble_starts
 
@@ -328,6 +329,10 @@ def _zbv_hand(p: Placement, n: int, limit: Limit) -> Starts:
     return earliest_starts(p, n, zbv_hand_orders(p, _v_chain(p, "zb-v-hand"), n))
 
 
+def _vmem(p: Placement, n: int, limit: Limit) -> Starts:
+    return vmem_starts(p, _v_chain(p, "v-mem"), n, normalise_limit(limit, p.devices))
+
+
 def _dualpipev_fits(p: Placement, method: str = "dualpipev") -> None:
     _v_chain(p, method)
 
@@ -367,6 +372,8 @@ REGISTRY: dict[str, Baseline] = {
     "zb-v-min": _zero_bubble(_v_chain, lambda k: k / 3 + 1, "zb-v-min"),
     "zb-v-hand": Baseline(lambda p: _dualpipev_fits(p, "zb-v-hand"), _zbv_hand, _few, linear=_always),
     "dualpipev": Baseline(_dualpipev_fits, _dualpipev, _few, linear=_always),
+    # a grid of blocks timed: linear in the tasks, but not cheap enough to race at any size
+    "v-mem": Baseline(lambda p: _dualpipev_fits(p, "v-mem"), _vmem, _few),
     **{name: _torch(name) for name in TORCH},  # torch's own generators (tessel.baselines.torch_orders)
     "greedy": Baseline(lambda p: None, _greedy, _few),
     # after greedy: charts give a baseline its colour by this order (tessel.viz.compare), so a new
