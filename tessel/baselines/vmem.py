@@ -174,22 +174,39 @@ def vmem_orders(p: Placement, c: Chain, n: int, g: Gaps,
     return [_device_order(p, c, blk, n, d) for d in range(k)]
 
 
-def _timed(p: Placement, c: Chain, n: int, g: Gaps, limit: Sequence[Number] | None,
-           seen: set[tuple[tuple[Key, ...], ...]]) -> tuple[Number, dict[Key, Number]] | None:
-    """The makespan and starts of block `g` over `n` micro-batches, None when it is over the
-    limit or its orders were timed before."""
-    orders = vmem_orders(p, c, n, g, limit)
-    if orders is None:
-        return None
-    frozen = tuple(tuple(o) for o in orders)
-    if frozen in seen:
-        return None
-    seen.add(frozen)
-    if limit is not None and any(_peak(p, o) > cap + EPS for o, cap in zip(orders, limit)):
-        return None
+def _fitting(p: Placement, c: Chain, n: int, limit: Sequence[Number] | None) -> list[tuple[Gaps, list[list[Key]]]]:
+    """The blocks whose orders over `n` micro-batches fit the limit (each distinct order once),
+    those that hold the most memory first: slack is what real costs and latency need, so they
+    tend to be the shortest and make the cutoff of the others tight."""
+    seen: set[tuple[tuple[Key, ...], ...]] = set()
+    out = []
+    for g in GRID:
+        orders = vmem_orders(p, c, n, g, limit)
+        if orders is None:
+            continue
+        frozen = tuple(tuple(o) for o in orders)
+        if frozen in seen:
+            continue
+        seen.add(frozen)
+        top = [_peak(p, o) for o in orders]
+        if limit is None or all(a <= b + EPS for a, b in zip(top, limit)):
+            out.append((-sum(top), len(out), g, orders))
+    return [(g, o) for _, _, g, o in sorted(out, key=lambda t: t[:2])]
+
+
+def _shortest(p: Placement, c: Chain, n: int, limit: Sequence[Number] | None,
+              fits: list[tuple[Gaps, list[list[Key]]]]) -> list[tuple[Number, Gaps, dict[Key, Number]]]:
+    """The fitting blocks timed, shortest first; a timing cut off once it cannot beat the best so far."""
     late = set(c.weight.values())
-    starts = fill_weights(p, [[x for x in o if x[0] not in late] for o in orders], c.weight, limit)
-    return max(t + p.by_id[b].duration for (b, _), t in starts.items()), starts
+    best: Number = math.inf
+    out = []
+    for g, orders in fits:
+        starts = fill_weights(p, [[x for x in o if x[0] not in late] for o in orders], c.weight, limit, best)
+        if starts is not None:
+            span = max(t + p.by_id[b].duration for (b, _), t in starts.items())
+            best = min(best, span)
+            out.append((span, g, starts))
+    return sorted(out, key=lambda t: t[0])
 
 
 def vmem_starts(p: Placement, c: Chain, n: int, limit: Sequence[Number] | None) -> dict[Key, Number]:
@@ -197,12 +214,10 @@ def vmem_starts(p: Placement, c: Chain, n: int, limit: Sequence[Number] | None) 
     none does. Every block is timed over a few micro-batches (the warm-up, some periods and the
     cool-down: what tells blocks apart), the best KEEP of them over all `n`."""
     few = min(n, 2 * p.devices + 4)
-    seen: set[tuple[tuple[Key, ...], ...]] = set()
-    tried = [(r, g) for g in GRID if (r := _timed(p, c, few, g, limit, seen))]
-    tried.sort(key=lambda t: t[0][0])
+    tried = _shortest(p, c, few, limit, _fitting(p, c, few, limit))
     if few < n:
-        seen = set()
-        tried = [(r, g) for _, g in tried[:KEEP] if (r := _timed(p, c, n, g, limit, seen))]
+        keep = [g for _, g, _ in tried[:KEEP]]
+        tried = _shortest(p, c, n, limit, [x for x in _fitting(p, c, n, limit) if x[0] in keep])
     if not tried:
         raise BaselineError("no block of the family fits the memory limit")
-    return min(tried, key=lambda t: t[0][0])[0][1]
+    return tried[0][2]

@@ -12,6 +12,7 @@ one global order, so no device waits for ever.
 """
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Sequence
 
@@ -20,16 +21,17 @@ from ..placement import Number, Placement
 from ..schedule import EPS
 from ..timing import DeadlockError
 
-LOOKAHEAD = 4  # places on in its device's order a ready backward may come from
+LOOKAHEAD = 4  # places on in its device's order a ready task may come from
 
 
 class _Walk:
     def __init__(self, p: Placement, orders: Sequence[Sequence[Key]], weight: dict[str, str],
-                 limit: Sequence[Number] | None) -> None:
-        self.p, self.weight = p, weight
-        self.orders = [list(o) for o in orders]  # a ready backward may move up its device's order
+                 limit: Sequence[Number] | None, cutoff: Number) -> None:
+        self.p, self.weight, self.cutoff = p, weight, cutoff
+        self.orders = [list(o) for o in orders]  # a ready task may move up its device's order
         self.cap = list(limit) if limit is not None else [float("inf")] * p.devices
         self.dev = {b.id: b.devices[0] for b in p.blocks}
+        self.rank = {b: i for i, b in enumerate(p.topo_order)}
         self.pos = [0] * p.devices
         self.cur: list[Number] = [0] * p.devices
         self.mem: list[Number] = [0] * p.devices
@@ -37,6 +39,9 @@ class _Walk:
         self.start: dict[Key, Number] = {}
         self.end: dict[Key, Number] = {}
         self.parked: set[int] = set()
+        # each device's work not yet placed: its end is at least its time plus this
+        self.work = [sum(p.by_id[b].duration + (p.by_id[weight[b]].duration if b in weight else 0) for b, _ in o)
+                     for o in orders]
 
     def _put(self, d: int, key: Key, t: Number) -> None:
         b, m = key
@@ -47,6 +52,7 @@ class _Walk:
         t = t + 2 * EPS if blk.memory > 0 and snap < t else snap
         self.start[key], self.end[key] = t, t + blk.duration
         self.cur[d] = t + blk.duration
+        self.work[d] -= blk.duration
         self.mem[d] += blk.memory
         self.parked.clear()
         if b in self.weight:
@@ -65,16 +71,37 @@ class _Walk:
                 t = max(t, self.cur[self.dev[a]] + self.p.by_id[a].duration + lat)
         return t, known
 
-    def _ready_backward(self, d: int, t: Number) -> int | None:
-        """The place of a backward a few places on in d's order that is ready at `t`: it runs
-        now rather than the device waiting (it holds no memory, and a ready task waits on nothing)."""
-        order = self.orders[d]
+    def _is_ready(self, b: str, m: int, t: Number) -> bool:
+        return all((a, m) in self.end and self.end[(a, m)] + self.p.edge_latency(a, b) <= t + EPS
+                   for a in self.p.preds[b])
+
+    def _nearer_loss(self, d: int, t: Number) -> int | None:
+        """With the next task a ready forward: the place of a ready forward further down the chain
+        among the forwards right after it (the peak stays, as in _ready_later); the one nearer the
+        loss goes first, as in ZB's walk: its backward comes back sooner."""
+        order, by = self.orders[d], self.p.by_id
+        here = self.rank[order[self.pos[d]][0]]
         for i in range(self.pos[d] + 1, min(len(order), self.pos[d] + 1 + LOOKAHEAD)):
             b, m = order[i]
-            if self.p.by_id[b].kind == "backward" and all(
-                    (a, m) in self.end and self.end[(a, m)] + self.p.edge_latency(a, b) <= t + EPS
-                    for a in self.p.preds[b]):
+            if by[b].memory <= 0:
+                return None
+            if self.rank[b] > here and self._is_ready(b, m, t):
                 return i
+        return None
+
+    def _ready_later(self, d: int, t: Number) -> int | None:
+        """The place of a task a few places on in d's order that is ready at `t` and may run now
+        rather than the device wait: a backward (it holds no memory), or a forward that only
+        overtakes forwards (the device's level after them all is the same, and on the way it
+        only rises: the order's peak stays). A ready task waits on nothing: no deadlock."""
+        order, by = self.orders[d], self.p.by_id
+        only_forwards = by[order[self.pos[d]][0]].memory > 0
+        for i in range(self.pos[d] + 1, min(len(order), self.pos[d] + 1 + LOOKAHEAD)):
+            b, m = order[i]
+            mem = by[b].memory
+            if (mem <= 0 or only_forwards) and self._is_ready(b, m, t):
+                return i
+            only_forwards = only_forwards and mem > 0
         return None
 
     def _step(self, d: int) -> None:
@@ -86,10 +113,11 @@ class _Walk:
         if wait and blk.memory > 0 and self.mem[d] + blk.memory > self.cap[d] + EPS:
             return self._put(d, wait.popleft(), t)  # the forward needs the memory a W frees
         r, known = self._ready(b, m)
-        if known and r <= t + EPS:
+        jump = self._nearer_loss(d, t) if known and r <= t + EPS and blk.memory > 0 else None
+        if known and r <= t + EPS and jump is None:
             self.pos[d] += 1
             return self._put(d, (b, m), t)
-        jump = self._ready_backward(d, t)
+        jump = jump if jump is not None else self._ready_later(d, t)
         if jump is not None:
             i = self.pos[d]
             order[i:jump + 1] = [order[jump], *order[i:jump]]
@@ -102,19 +130,22 @@ class _Walk:
         else:
             self.parked.add(d)  # its input's device, at this same time, moves first
 
-    def run(self) -> dict[Key, Number]:
+    def run(self) -> dict[Key, Number] | None:
         live = set(range(self.p.devices))
         while live:
             d = min((e for e in live if e not in self.parked), key=lambda e: (self.cur[e], e), default=None)
             if d is None:
                 raise DeadlockError("W-filling walk: every device waits on another")
             self._step(d)
+            if self.cur[d] + self.work[d] > self.cutoff + EPS:
+                return None  # longer than the cutoff whatever comes next
             if self.pos[d] == len(self.orders[d]) and not self.pending[d]:
                 live.discard(d)
         return self.start
 
 
 def fill_weights(p: Placement, orders: Sequence[Sequence[Key]], weight: dict[str, str],
-                 limit: Sequence[Number] | None) -> dict[Key, Number]:
-    """Start times of the F/B `orders` (W passes left out) with each device's W passes filled in."""
-    return _Walk(p, orders, weight, limit).run()
+                 limit: Sequence[Number] | None, cutoff: Number = math.inf) -> dict[Key, Number] | None:
+    """Start times of the F/B `orders` (W passes left out) with each device's W passes filled
+    in; None as soon as the makespan is sure to exceed `cutoff`."""
+    return _Walk(p, orders, weight, limit, cutoff).run()
