@@ -175,11 +175,9 @@ def vmem_orders(p: Placement, c: Chain, n: int, g: Gaps,
 
 
 def _fitting(p: Placement, c: Chain, n: int, limit: Sequence[Number] | None) -> list[tuple[Gaps, list[list[Key]]]]:
-    """The blocks whose orders over `n` micro-batches fit the limit (each distinct order once),
-    those that hold the most memory first: slack is what real costs and latency need, so they
-    tend to be the shortest and make the cutoff of the others tight."""
+    """The blocks whose orders over `n` micro-batches fit the limit, each distinct order once."""
     seen: set[tuple[tuple[Key, ...], ...]] = set()
-    out = []
+    out: list[tuple[Gaps, list[list[Key]]]] = []
     for g in GRID:
         orders = vmem_orders(p, c, n, g, limit)
         if orders is None:
@@ -188,10 +186,9 @@ def _fitting(p: Placement, c: Chain, n: int, limit: Sequence[Number] | None) -> 
         if frozen in seen:
             continue
         seen.add(frozen)
-        top = [_peak(p, o) for o in orders]
-        if limit is None or all(a <= b + EPS for a, b in zip(top, limit)):
-            out.append((-sum(top), len(out), g, orders))
-    return [(g, o) for _, _, g, o in sorted(out, key=lambda t: t[:2])]
+        if limit is None or all(_peak(p, o) <= cap + EPS for o, cap in zip(orders, limit)):
+            out.append((g, orders))
+    return out
 
 
 def _shortest(p: Placement, c: Chain, n: int, limit: Sequence[Number] | None,
