@@ -35,6 +35,12 @@ How far they reach:
 - `dualpipev`: DeepSeek's DualPipeV on the V (`zbv`): each overlapped F&B pair run back to back
   (tessel.baselines.dualpipe); micro-batches at least the V's 2p stages. Memory: 2p + 1 chunk
   activations per device.
+- `v-mem`: a memory-controlled V (Qi et al., "Pipeline Parallelism with Controllable Memory"; tessel.
+  baselines.vmem) on `zbv`: one V block per micro-batch repeated at a fixed interval, a grid of
+  gaps inside the block and ZB-V's warm-up cut to the limit, the W passes placed as the orders
+  are timed (tessel.baselines.wfill); the shortest block that fits. Limits from 4 chunk
+  activations per device up (measured at p = 4 and 6, where V-Min's are 4 and 6), 1F1B's 2p
+  included; refused below.
 - `torch-zbv`, `torch-dualpipev`, `torch-interleaved-1f1b`, `torch-interleaved-zb`: the orders
   of torch.distributed.pipelining's own generators (tessel.baselines.torch_orders) on the
   placement of their shape (`zbv`; `interleaved`, whose split form `interleaved-zb` the last one
@@ -330,7 +336,11 @@ def _zbv_hand(p: Placement, n: int, limit: Limit) -> Starts:
 
 
 def _vmem(p: Placement, n: int, limit: Limit) -> Starts:
-    return vmem_starts(p, _v_chain(p, "v-mem"), n, normalise_limit(limit, p.devices))
+    lim = normalise_limit(limit, p.devices)
+    try:
+        return vmem_starts(p, _v_chain(p, "v-mem"), n, lim)
+    except BaselineError as e:
+        raise BaselineError(f"v-mem: {e} (memory {max(lim) if lim else 0:g} per device)") from None
 
 
 def _dualpipev_fits(p: Placement, method: str = "dualpipev") -> None:
@@ -372,11 +382,13 @@ REGISTRY: dict[str, Baseline] = {
     "zb-v-min": _zero_bubble(_v_chain, lambda k: k / 3 + 1, "zb-v-min"),
     "zb-v-hand": Baseline(lambda p: _dualpipev_fits(p, "zb-v-hand"), _zbv_hand, _few, linear=_always),
     "dualpipev": Baseline(_dualpipev_fits, _dualpipev, _few, linear=_always),
-    # a grid of blocks timed: linear in the tasks, but not cheap enough to race at any size
-    "v-mem": Baseline(lambda p: _dualpipev_fits(p, "v-mem"), _vmem, _few),
     **{name: _torch(name) for name in TORCH},  # torch's own generators (tessel.baselines.torch_orders)
     "greedy": Baseline(lambda p: None, _greedy, _few),
     # after greedy: charts give a baseline its colour by this order (tessel.viz.compare), so a new
     # one takes the next colour and leaves the others theirs (the race still runs greedy last)
     "interleaved-zb-h1": Baseline(interleaved_zb_fits, interleaved_zb, lambda p: (p.devices,)),
+    # a grid of blocks timed: linear in the tasks, but not cheap enough to race at any size; no
+    # repetend (its unroll shifts starts by a fractional period, and the float dust of a shifted
+    # allocation can land a hair before the release it follows: over the limit by rule 4)
+    "v-mem": Baseline(lambda p: _dualpipev_fits(p, "v-mem"), _vmem),
 }
