@@ -22,9 +22,12 @@ placed as the orders are timed (tessel.baselines.wfill: into the bubbles, or whe
 the memory they free), on the real costs and latencies.
 
 Longer gaps leave more slack for real costs and latency but keep activations longer; the family
-tries a fixed grid of blocks, keeps those whose per-device peak (known from the order alone, each
-W right after its B: the most the timing can hold) fits the limit, times them and returns the
-shortest: linear in the tasks, times the grid's size.
+tries a fixed grid of blocks and keeps those whose per-device peak fits the limit, counted on the
+order with each W right after its B (known from the order alone: a device runs one task at a
+time); the timing may keep W passes back but runs them before a forward that would go over the
+limit, so that peak bounds the timed schedule's. It times every fitting block over a few
+micro-batches (the warm-up, some periods, the cool-down: what tells blocks apart), the best KEEP
+over all of them, and returns the shortest: linear in the tasks, times the grid's size.
 """
 from __future__ import annotations
 
@@ -86,7 +89,7 @@ def block_slots(c: Chain, g: Gaps) -> dict[str, int]:
 
 def _device_order(p: Placement, c: Chain, blk: _Block, n: int, d: int) -> list[Key]:
     """Device d's forwards and backwards in nominal order, each backward followed by its W (the
-    order's most memory; the timing takes the W passes out and places them itself)."""
+    least memory the order can hold; the timing takes the W passes out and places them itself)."""
     def key(t: Key) -> tuple[int, int, int]:
         b, m = t
         step = 1 if m < blk.early.get(b, 0) else INTERVAL
