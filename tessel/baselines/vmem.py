@@ -34,7 +34,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..key import Key
 from ..placement import Number, Placement
@@ -55,6 +55,7 @@ class Gaps:
     bd: int
     bu: int
     bturn: int
+    lean: int = 0  # chunk-1 forwards fewer than ZB-V's in the warm-up (room for chunk 0's)
 
 
 GRID = tuple(Gaps(fd, fu, turn, bd, bu, bturn) for fd, fu, bd, bu in itertools.product((1, 2), repeat=4)
@@ -160,7 +161,7 @@ def vmem_orders(p: Placement, c: Chain, n: int, g: Gaps,
     blk = _Block(block_slots(c, g), rank, {})
     first, second = list(c.forward[:k]), [c.forward[size - 1 - d] for d in range(k)]
     w = _Warm(first, second, [max(p.by_id[a].memory, p.by_id[b].memory, EPS) for a, b in zip(first, second)],
-              [min(n, 2 * k - 1 - d) for d in range(k)], [min(n, d + 1) for d in range(k)])
+              [min(n, 2 * k - 1 - d) for d in range(k)], [min(n, d + 1 - g.lean) for d in range(k)])
     _monotone(w.k0, w.k1)
     if limit is not None:
         few = min(n, 2 * size)  # the warm-up and a few periods show the peak; the caller checks the whole
@@ -177,11 +178,12 @@ def vmem_orders(p: Placement, c: Chain, n: int, g: Gaps,
     return [_device_order(p, c, blk, n, d) for d in range(k)]
 
 
-def _fitting(p: Placement, c: Chain, n: int, limit: Sequence[Number] | None) -> list[tuple[Gaps, list[list[Key]]]]:
+def _fitting(p: Placement, c: Chain, n: int, limit: Sequence[Number] | None,
+             grid: Sequence[Gaps]) -> list[tuple[Gaps, list[list[Key]]]]:
     """The blocks whose orders over `n` micro-batches fit the limit, each distinct order once."""
     seen: set[tuple[tuple[Key, ...], ...]] = set()
     out: list[tuple[Gaps, list[list[Key]]]] = []
-    for g in GRID:
+    for g in grid:
         orders = vmem_orders(p, c, n, g, limit)
         if orders is None:
             continue
@@ -212,12 +214,14 @@ def _shortest(p: Placement, c: Chain, n: int, limit: Sequence[Number] | None,
 def vmem_starts(p: Placement, c: Chain, n: int, limit: Sequence[Number] | None) -> dict[Key, Number]:
     """The shortest schedule of the grid whose peaks fit `limit` (per device); BaselineError when
     none does. Every block is timed over a few micro-batches (the warm-up, some periods and the
-    cool-down: what tells blocks apart), the best KEEP of them over all `n`."""
+    cool-down: what tells blocks apart), the best KEEP of them over all `n`, with and without a
+    leaner warm-up."""
     few = min(n, 2 * p.devices + 4)
-    tried = _shortest(p, c, few, limit, _fitting(p, c, few, limit))
-    if few < n:
-        keep = [g for _, g, _ in tried[:KEEP]]
-        tried = _shortest(p, c, n, limit, [x for x in _fitting(p, c, n, limit) if x[0] in keep])
+    tried = _shortest(p, c, few, limit, _fitting(p, c, few, limit, GRID))
+    # the best blocks over every micro-batch, each with the leaner warm-up too (it moves only the
+    # warm-up, which the few micro-batches do not weigh against the steady state)
+    keep = [replace(g, lean=lean) for _, g, _ in tried[:KEEP] for lean in (0, 1)]
+    tried = _shortest(p, c, n, limit, _fitting(p, c, n, limit, keep))
     if not tried:
         raise BaselineError("no block of the family fits the memory limit")
     return tried[0][2]
