@@ -205,7 +205,9 @@ def one_f_one_b_memory(p: Placement, m: int) -> tuple[Number, ...]:
     return BASELINES["1f1b"](p, m, None).peak_memory
 
 
-def rows_of(cfg: Config, mods: dict[str, Any] | None, limit: float, shapes: Sequence[str]) -> list[dict[str, Any]]:
+def rows_of(cfg: Config, mods: dict[str, Any] | None, limit: float, shapes: Sequence[str],
+            only: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """The rows of one configuration; with `only`, just the memory rows of those names (1F1B or a peer's)."""
     out = []
     for shape in shapes:
         p = cfg.placement(shape)
@@ -216,6 +218,8 @@ def rows_of(cfg: Config, mods: dict[str, Any] | None, limit: float, shapes: Sequ
             if all(tuple(s.peak_memory) != x for _, x in memories):
                 memories.append((name, tuple(s.peak_memory)))
         for who, mem in memories:
+            if only and who not in only:
+                continue
             fit = [(name, s) for name, s in good if all(a <= b + EPS for a, b in zip(s.peak_memory, mem))]
             best = min(fit, key=lambda t: t[1].makespan) if fit else None
             row: dict[str, Any] = dict(cfg=cfg, shape=shape, memory=who, limit=mem, peers=peers,
@@ -278,7 +282,8 @@ def write(path: str, args: argparse.Namespace, results: Sequence[dict[str, Any]]
     alone_far = [r for r in results if r["best"] and r["alone"] > r["best"][1].makespan * 1.01 + EPS]
     part = "" if done == total else f" (partial: {done} of {total} configurations)"
     lines = ["# V and interleaved generators against tessel (issue 17's peers grid)", "",
-             f"p in {args.p}, m in {{2p, 3p, 4p}}, costs {args.costs}, latency {args.latency}; tessel default mode and "
+             f"p in {args.p}, m in {{2p, 3p, 4p}}, costs {args.costs}, latency {args.latency}, memory rows "
+             f"{' '.join(args.memories) if args.memories else 'all'}; tessel default mode and "
              f"the search alone (no baseline raced), {args.time_limit:g} s per search. Peers from their own code: torch "
              f"{_torch_version()}, the zero-bubble repository at {args.zb_repo or '(not given)'}. On `zbv` and "
              "`interleaved-zb` a chunk costs half a stage. Machine: "
@@ -306,6 +311,8 @@ def main() -> None:
     ap.add_argument("--costs", nargs="+", default=["unit", "profiled"], choices=["unit", "profiled"])
     ap.add_argument("--latency", nargs="+", default=["0", "yes"], choices=["0", "yes"])
     ap.add_argument("--shapes", nargs="+", default=["zbv", "interleaved-zb", "zb"])
+    ap.add_argument("--memories", nargs="+", default=None,
+                    help="only these memory rows: 1F1B or a peer's name, e.g. V-Half V-Min (default: every row)")
     ap.add_argument("--time-limit", type=float, default=20.0, help="seconds per search (the issue: 20)")
     ap.add_argument("-o", "--output", default=str(ROOT / "bench" / "results" / "peers-v.md"))
     args = ap.parse_args()
@@ -314,7 +321,7 @@ def main() -> None:
     cfgs = [Config(p, k * p, c, lat == "yes") for p in args.p for k in args.m for c in args.costs for lat in args.latency]
     results: list[dict[str, Any]] = []
     for i, cfg in enumerate(cfgs):
-        results += rows_of(cfg, mods, args.time_limit, args.shapes)
+        results += rows_of(cfg, mods, args.time_limit, args.shapes, args.memories)
         write(args.output, args, results, len(cfgs), i + 1)  # a partial table survives a timeout
 
 

@@ -28,7 +28,7 @@ APPLIES = {
     "mllm": {"gpipe", "1f1b", "greedy"},
     "finetune": {"gpipe", "1f1b", "greedy"},
     "zb": {"gpipe", "1f1b", "zb-h1", "zb-h2", "greedy"},
-    "zbv": {"gpipe", "1f1b", "zb-v", "zb-v-half", "zb-v-min", "zb-v-hand", "dualpipev", "greedy"},
+    "zbv": {"gpipe", "1f1b", "zb-v", "zb-v-half", "zb-v-min", "zb-v-hand", "dualpipev", "v-mem", "greedy"},
     "interleaved-zb": {"gpipe", "1f1b", "interleaved", "interleaved-zb-h1", "greedy"},
 }
 if torch_available():  # torch's own generators, where their shape fits

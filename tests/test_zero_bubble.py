@@ -38,7 +38,7 @@ def test_zbv_is_a_v_of_two_chunks_per_device_with_split_backwards() -> None:
     assert {b.kind for b in p.blocks} == {"forward", "backward", "weight"} and len(p.blocks) == 24
     assert p.loads == (7.0,) * 4
     assert [m for m in applicable(p) if not m.startswith("torch-")] == \
-        ["gpipe", "1f1b", "zb-v", "zb-v-half", "zb-v-min", "zb-v-hand", "dualpipev", "greedy"]
+        ["gpipe", "1f1b", "zb-v", "zb-v-half", "zb-v-min", "zb-v-hand", "dualpipev", "greedy", "v-mem"]
 
 
 @pytest.mark.parametrize("name", ["zb", "zbv"])

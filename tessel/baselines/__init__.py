@@ -1,4 +1,4 @@
-"""Baseline schedules: gpipe, 1f1b, interleaved, chimera, the zero-bubble family, dualpipev and greedy.
+"""Baseline schedules: gpipe, 1f1b, interleaved, chimera, the zero-bubble family, dualpipev, v-mem and greedy.
 
 `BASELINES[name](placement, micro_batches, memory_limit)` returns a validated Schedule with
 `meta = {"method": name, "search_seconds": ...}` and, where the steady state repeats, a

@@ -35,6 +35,12 @@ How far they reach:
 - `dualpipev`: DeepSeek's DualPipeV on the V (`zbv`): each overlapped F&B pair run back to back
   (tessel.baselines.dualpipe); micro-batches at least the V's 2p stages. Memory: 2p + 1 chunk
   activations per device.
+- `v-mem`: a memory-controlled V (Qi et al., "Pipeline Parallelism with Controllable Memory"; tessel.
+  baselines.vmem) on `zbv`: one V block per micro-batch repeated at a fixed interval, a grid of
+  gaps inside the block and ZB-V's warm-up cut to the limit, the W passes placed as the orders
+  are timed (tessel.baselines.wfill); the shortest block that fits. Limits from 4 chunk
+  activations per device up (measured at p = 4 and 6, where V-Min's are 4 and 6), 1F1B's 2p
+  included; refused below.
 - `torch-zbv`, `torch-dualpipev`, `torch-interleaved-1f1b`, `torch-interleaved-zb`: the orders
   of torch.distributed.pipelining's own generators (tessel.baselines.torch_orders) on the
   placement of their shape (`zbv`; `interleaved`, whose split form `interleaved-zb` the last one
@@ -57,6 +63,7 @@ from .engine import Pool, Pools, backward_first, list_schedule, memory_need, one
 from .interleaved import interleaved, interleaved_fits, interleaved_zb, interleaved_zb_fits
 from .shapes import FORWARD_PHASE, BaselineError, Chain, chain, check_phases, components, one_f_one_b, single_chain
 from .torch_orders import TORCH, torch_chain, torch_orders
+from .vmem import vmem_starts
 from .zbv_hand import zbv_hand_orders
 from .zero_bubble import Plan, zero_bubble_starts
 
@@ -352,6 +359,14 @@ def _zbv_hand(p: Placement, n: int, limit: Limit) -> Starts:
     return earliest_starts(p, n, zbv_hand_orders(p, _v_chain(p, "zb-v-hand"), n))
 
 
+def _vmem(p: Placement, n: int, limit: Limit) -> Starts:
+    lim = normalise_limit(limit, p.devices)
+    try:
+        return vmem_starts(p, _v_chain(p, "v-mem"), n, lim)
+    except BaselineError as e:
+        raise BaselineError(f"v-mem: {e} (memory {max(lim) if lim else 0:g} per device)") from None
+
+
 def _dualpipev_fits(p: Placement, method: str = "dualpipev") -> None:
     _v_chain(p, method)
 
@@ -396,4 +411,8 @@ REGISTRY: dict[str, Baseline] = {
     # after greedy: charts give a baseline its colour by this order (tessel.viz.compare), so a new
     # one takes the next colour and leaves the others theirs (the race still runs greedy last)
     "interleaved-zb-h1": Baseline(interleaved_zb_fits, interleaved_zb, lambda p: (p.devices,)),
+    # a grid of blocks timed: linear in the tasks, but not cheap enough to race at any size; no
+    # repetend (its unroll shifts starts by a fractional period, and the float dust of a shifted
+    # allocation can land a hair before the release it follows: over the limit by rule 4)
+    "v-mem": Baseline(lambda p: _dualpipev_fits(p, "v-mem"), _vmem),
 }

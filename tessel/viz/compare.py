@@ -28,7 +28,7 @@ Row = Mapping[str, Any]
 SEARCH_PALETTE = ("#4C78A8", "#72B7B2", "#54A24B")
 BASELINE_PALETTE = ("#9D755D", "#B279A2", "#EECA3B", "#FF9DA6", "#79706E", "#BAB0AC",
                     "#BCBD22", "#8C6D31", "#637939", "#7B4173", "#F58518", "#D67195", "#9467BD",
-                    "#17BECF", "#B6992D", "#393B79", "#CE6DBD")
+                    "#17BECF", "#B6992D", "#393B79", "#CE6DBD", "#9C9EDE")
 SEARCH_COLORS = dict(zip(SEARCH_MODES, SEARCH_PALETTE))
 BASELINE_COLORS = dict(zip([m for m in METHODS if m not in SEARCH_MODES], BASELINE_PALETTE))
 OTHER_COLOR = "#A0A0A0"

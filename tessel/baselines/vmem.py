@@ -1,0 +1,227 @@
+"""A memory-controlled V family on the `zbv` placement: one V-shaped block per micro-batch,
+repeated at a fixed interval, with the gaps inside the block chosen to fit a memory limit.
+
+The idea is that of Qi et al., "Pipeline Parallelism with Controllable Memory" (2024): how much
+memory a device holds in the steady state is how long a chunk's activation lives (from its F to
+its W) over the interval between two micro-batches' blocks. Here a block gives every forward and
+backward of one micro-batch a nominal slot (six tasks per micro-batch per device, so the blocks
+of consecutive micro-batches are 6 slots apart):
+
+- the forwards go down chunk 0 `fd` slots apart, turn on device p-1 in the next slot, and go back
+  up chunk 1 `fu` slots apart;
+- the loss's backward starts `turn` slots after the last forward, the backwards go down chunk 1
+  `bd` slots apart, turn on device p-1 `bturn` slots later, and go back up chunk 0 `bu` apart.
+
+The warm-up is filled apart from the block: device d runs its first chunk-0 and chunk-1 forwards
+one slot apart, at most as many as ZB-V's warm-up does before the device's first backward
+(2p-1-d and d+1) and as its memory limit allows; without that the block alone leaves a device
+idle while micro-batch 0 goes down and back up the V. Each device takes its forwards and
+backwards in nominal order (ties: the task later in the micro-batch's chain first, then the older
+micro-batch); the nominal slot grows along every edge, so no order can deadlock. The W passes are
+placed as the orders are timed (tessel.baselines.wfill: into the bubbles, or when a forward needs
+the memory they free), on the real costs and latencies.
+
+Longer gaps leave more slack for real costs and latency but keep activations longer; the family
+tries a fixed grid of blocks and keeps those whose per-device peak fits the limit, counted on the
+order with each W right after its B (known from the order alone: a device runs one task at a
+time); the timing may keep W passes back but runs them before a forward that would go over the
+limit, so that peak bounds the timed schedule's. It times every fitting block over a few
+micro-batches (the warm-up, some periods, the cool-down: what tells blocks apart), the best KEEP
+over all of them, and returns the shortest: linear in the tasks, times the grid's size.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from ..key import Key
+from ..placement import Number, Placement
+from ..schedule import EPS
+from .shapes import BaselineError, Chain
+from .wfill import fill_weights
+
+INTERVAL = 6  # slots per micro-batch per device: F, B and W of two chunks
+KEEP = 4  # blocks timed over every micro-batch, the best over a few
+
+
+@dataclass(frozen=True)
+class Gaps:
+    """Nominal slots between consecutive tasks of one micro-batch's block (see the module doc)."""
+    fd: int
+    fu: int
+    turn: int
+    bd: int
+    bu: int
+    bturn: int
+    lean: int = 0  # chunk-1 forwards fewer than ZB-V's in the warm-up (room for chunk 0's)
+
+
+GRID = tuple(Gaps(fd, fu, turn, bd, bu, bturn) for fd, fu, bd, bu in itertools.product((1, 2), repeat=4)
+             for turn in (1, 2, 3, 4) for bturn in (1, 2))
+
+
+@dataclass(frozen=True)
+class _Block:
+    """Micro-batch 0's nominal slots, the chain's rank of each block (ties), and per forward
+    block how many of its micro-batches run early, one slot apart (the warm-up)."""
+    slot: dict[str, int]
+    rank: dict[str, int]
+    early: dict[str, int]
+
+
+def block_slots(c: Chain, g: Gaps) -> dict[str, int]:
+    """Each forward's and backward's nominal slot in micro-batch 0's block."""
+    half = len(c.forward) // 2
+    slot: dict[str, int] = {}
+    t = 0
+    for s, f in enumerate(c.forward):
+        if s:
+            t += g.fd if s < half else (1 if s == half else g.fu)
+        slot[f] = t
+    t += g.turn
+    for k, b in enumerate(c.backward):  # c.backward[k] is stage 2p-1-k's backward
+        if k:
+            t += g.bd if k < half else (g.bturn if k == half else g.bu)
+        slot[b] = t
+    return slot
+
+
+def _device_order(p: Placement, c: Chain, blk: _Block, n: int, d: int) -> list[Key]:
+    """Device d's forwards and backwards in nominal order, each backward followed by its W (the
+    least memory the order can hold; the timing takes the W passes out and places them itself)."""
+    def key(t: Key) -> tuple[int, int, int]:
+        b, m = t
+        step = 1 if m < blk.early.get(b, 0) else INTERVAL
+        return (blk.slot[b] + step * m, -blk.rank[b], m)
+    order = sorted(((b.id, m) for b in p.blocks_on(d) if b.id in blk.slot for m in range(n)), key=key)
+    return [x for b, m in order for x in ([(b, m), (c.weight[b], m)] if b in c.weight else [(b, m)])]
+
+
+def _peak(p: Placement, order: Sequence[Key]) -> Number:
+    cur: Number = 0
+    top: Number = 0
+    for b, _ in order:
+        cur += p.by_id[b].memory
+        top = max(top, cur)
+    return top
+
+
+def _monotone(k0: list[int], k1: list[int]) -> None:
+    """Early runs that keep every edge forward in the nominal order: a forward runs early only
+    if its input does (chunk 0's early runs shrink down the V, chunk 1's shrink back up it)."""
+    last = len(k0) - 1
+    for d in range(1, last + 1):
+        k0[d] = min(k0[d], k0[d - 1])
+    k1[last] = min(k1[last], k0[last])
+    for d in range(last - 1, -1, -1):
+        k1[d] = min(k1[d], k1[d + 1])
+
+
+def _shorten(k0: list[int], k1: list[int], d: int) -> None:
+    """One early forward fewer on device d, from the longer of its two warm-up runs."""
+    if k0[d] > k1[d]:
+        k0[d] -= 1
+    elif k1[d]:
+        k1[d] -= 1
+
+
+@dataclass(frozen=True)
+class _Warm:
+    """Per device: its two forward blocks, the memory of one activation, the early runs."""
+    first: list[str]
+    second: list[str]
+    unit: list[Number]
+    k0: list[int]
+    k1: list[int]
+
+    def set(self, blk: _Block, d: int) -> None:
+        blk.early.update({self.first[d]: self.k0[d], self.second[d]: self.k1[d]})
+
+
+def _trim(p: Placement, c: Chain, blk: _Block, w: _Warm, n: int, d: int, cap: Number) -> None:
+    """Cut device d's early runs until its order over `n` micro-batches fits `cap`."""
+    while True:
+        w.set(blk, d)
+        over = _peak(p, _device_order(p, c, blk, n, d)) - cap
+        if w.k0[d] + w.k1[d] == 0 or over <= EPS:
+            return
+        for _ in range(max(1, math.floor(over / w.unit[d] + EPS))):  # fewer early activations
+            _shorten(w.k0, w.k1, d)
+
+
+def vmem_orders(p: Placement, c: Chain, n: int, g: Gaps,
+                limit: Sequence[Number] | None = None) -> list[list[Key]] | None:
+    """Each device's order under the block `g` (each W right after its B); with `limit`, the
+    warm-ups cut to fit it, None when the block's steady state alone does not (the orders of
+    all `n` micro-batches may still be over: the caller checks them)."""
+    size, k = len(c.forward), p.devices
+    rank = {b: i for i, b in enumerate(list(c.forward) + list(c.backward))}
+    blk = _Block(block_slots(c, g), rank, {})
+    first, second = list(c.forward[:k]), [c.forward[size - 1 - d] for d in range(k)]
+    w = _Warm(first, second, [max(p.by_id[a].memory, p.by_id[b].memory, EPS) for a, b in zip(first, second)],
+              [min(n, 2 * k - 1 - d) for d in range(k)], [min(n, d + 1 - g.lean) for d in range(k)])
+    _monotone(w.k0, w.k1)
+    if limit is not None:
+        few = min(n, 2 * size)  # the warm-up and a few periods show the peak; the caller checks the whole
+        if any(_peak(p, _device_order(p, c, blk, few, d)) > limit[d] + EPS for d in range(k)):
+            return None  # the steady state alone is over: no warm-up can help
+        for d in range(k):
+            # every early forward is held before the device's first backward: never more than fit
+            while w.k0[d] + w.k1[d] > math.floor(limit[d] / w.unit[d] + EPS) and w.k0[d] + w.k1[d]:
+                _shorten(w.k0, w.k1, d)
+            _trim(p, c, blk, w, few, d, limit[d])
+        _monotone(w.k0, w.k1)
+    for d in range(k):
+        w.set(blk, d)
+    return [_device_order(p, c, blk, n, d) for d in range(k)]
+
+
+def _fitting(p: Placement, c: Chain, n: int, limit: Sequence[Number] | None,
+             grid: Sequence[Gaps]) -> list[tuple[Gaps, list[list[Key]]]]:
+    """The blocks whose orders over `n` micro-batches fit the limit, each distinct order once."""
+    seen: set[tuple[tuple[Key, ...], ...]] = set()
+    out: list[tuple[Gaps, list[list[Key]]]] = []
+    for g in grid:
+        orders = vmem_orders(p, c, n, g, limit)
+        if orders is None:
+            continue
+        frozen = tuple(tuple(o) for o in orders)
+        if frozen in seen:
+            continue
+        seen.add(frozen)
+        if limit is None or all(_peak(p, o) <= cap + EPS for o, cap in zip(orders, limit)):
+            out.append((g, orders))
+    return out
+
+
+def _shortest(p: Placement, c: Chain, n: int, limit: Sequence[Number] | None,
+              fits: list[tuple[Gaps, list[list[Key]]]]) -> list[tuple[Number, Gaps, dict[Key, Number]]]:
+    """The fitting blocks timed, shortest first; a timing cut off once it cannot beat the best so far."""
+    late = set(c.weight.values())
+    best: Number = math.inf
+    out = []
+    for g, orders in fits:
+        starts = fill_weights(p, [[x for x in o if x[0] not in late] for o in orders], c.weight, limit, best)
+        if starts is not None:
+            span = max(t + p.by_id[b].duration for (b, _), t in starts.items())
+            best = min(best, span)
+            out.append((span, g, starts))
+    return sorted(out, key=lambda t: t[0])
+
+
+def vmem_starts(p: Placement, c: Chain, n: int, limit: Sequence[Number] | None) -> dict[Key, Number]:
+    """The shortest schedule of the grid whose peaks fit `limit` (per device); BaselineError when
+    none does. Every block is timed over a few micro-batches (the warm-up, some periods and the
+    cool-down: what tells blocks apart), the best KEEP of them over all `n`, with and without a
+    leaner warm-up."""
+    few = min(n, 2 * p.devices + 4)
+    tried = _shortest(p, c, few, limit, _fitting(p, c, few, limit, GRID))
+    # the best blocks over every micro-batch, each with the leaner warm-up too (it moves only the
+    # warm-up, which the few micro-batches do not weigh against the steady state)
+    keep = [replace(g, lean=lean) for _, g, _ in tried[:KEEP] for lean in (0, 1)]
+    tried = _shortest(p, c, n, limit, _fitting(p, c, n, limit, keep))
+    if not tried:
+        raise BaselineError("no block of the family fits the memory limit")
+    return tried[0][2]

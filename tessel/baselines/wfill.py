@@ -1,0 +1,151 @@
+"""Time fixed per-device F and B orders with the W passes placed as they go (ZB's W filling).
+
+A W depends only on its own B and nothing waits for it, so with the forward and backward orders
+fixed, where the W passes go is a device-local choice: a device runs the next task of its order
+when that task is ready; while it is not, it runs the oldest pending W if the W ends before the
+task can be ready (it fills a bubble and delays nothing); and before a forward that would take the
+device over its memory limit it runs pending W passes until the forward fits. The orders' own
+peak with every W right after its B is then the most the walk can hold, so a limit that holds for
+that holds here too. Devices decide in time order (the one furthest behind first), so a task's
+inputs are known or bounded below when it is looked at; every edge of the orders goes forward in
+one global order, so no device waits for ever.
+"""
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Sequence
+
+from ..key import Key
+from ..placement import Number, Placement
+from ..schedule import EPS
+from ..timing import DeadlockError
+
+LOOKAHEAD = 4  # places on in its device's order a ready task may come from
+
+
+class _Walk:
+    def __init__(self, p: Placement, orders: Sequence[Sequence[Key]], weight: dict[str, str],
+                 limit: Sequence[Number] | None, cutoff: Number) -> None:
+        self.p, self.weight, self.cutoff = p, weight, cutoff
+        self.orders = [list(o) for o in orders]  # a ready task may move up its device's order
+        self.cap = list(limit) if limit is not None else [float("inf")] * p.devices
+        self.dev = {b.id: b.devices[0] for b in p.blocks}
+        self.rank = {b: i for i, b in enumerate(p.topo_order)}
+        self.pos = [0] * p.devices
+        self.cur: list[Number] = [0] * p.devices
+        self.mem: list[Number] = [0] * p.devices
+        self.pending: list[deque[Key]] = [deque() for _ in range(p.devices)]
+        self.start: dict[Key, Number] = {}
+        self.end: dict[Key, Number] = {}
+        self.parked: set[int] = set()
+        # each device's work not yet placed: its end is at least its time plus this
+        self.work = [sum(p.by_id[b].duration + (p.by_id[weight[b]].duration if b in weight else 0) for b, _ in o)
+                     for o in orders]
+
+    def _put(self, d: int, key: Key, t: Number) -> None:
+        b, m = key
+        blk = self.p.by_id[b]
+        # the start as the schedule will store it (near-integers snap); an allocation never
+        # snaps below the release it follows, or the schedule would count both at once
+        snap = round(t) if abs(t - round(t)) < EPS else t
+        t = t + 2 * EPS if blk.memory > 0 and snap < t else snap
+        self.start[key], self.end[key] = t, t + blk.duration
+        self.cur[d] = t + blk.duration
+        self.work[d] -= blk.duration
+        self.mem[d] += blk.memory
+        self.parked.clear()
+        if b in self.weight:
+            self.pending[d].append((self.weight[b], m))
+
+    def _ready(self, b: str, m: int) -> tuple[Number, bool]:
+        """Earliest start of (b, m) by its inputs, and whether it is known (else a lower bound)."""
+        t: Number = 0
+        known = True
+        for a in self.p.preds[b]:
+            lat = self.p.edge_latency(a, b)
+            if (a, m) in self.end:
+                t = max(t, self.end[(a, m)] + lat)
+            else:
+                known = False
+                t = max(t, self.cur[self.dev[a]] + self.p.by_id[a].duration + lat)
+        return t, known
+
+    def _is_ready(self, b: str, m: int, t: Number) -> bool:
+        return all((a, m) in self.end and self.end[(a, m)] + self.p.edge_latency(a, b) <= t + EPS
+                   for a in self.p.preds[b])
+
+    def _nearer_loss(self, d: int, t: Number) -> int | None:
+        """With the next task a ready forward: the place of a ready forward further down the chain
+        among the forwards right after it (the peak stays, as in _ready_later); the one nearer the
+        loss goes first, as in ZB's walk: its backward comes back sooner."""
+        order, by = self.orders[d], self.p.by_id
+        here = self.rank[order[self.pos[d]][0]]
+        for i in range(self.pos[d] + 1, min(len(order), self.pos[d] + 1 + LOOKAHEAD)):
+            b, m = order[i]
+            if by[b].memory <= 0:
+                return None
+            if self.rank[b] > here and self._is_ready(b, m, t):
+                return i
+        return None
+
+    def _ready_later(self, d: int, t: Number) -> int | None:
+        """The place of a task a few places on in d's order that is ready at `t` and may run now
+        rather than the device wait: a backward (it holds no memory), or a forward that only
+        overtakes forwards (the device's level after them all is the same, and on the way it
+        only rises: the order's peak stays). A ready task waits on nothing: no deadlock."""
+        order, by = self.orders[d], self.p.by_id
+        only_forwards = by[order[self.pos[d]][0]].memory > 0
+        for i in range(self.pos[d] + 1, min(len(order), self.pos[d] + 1 + LOOKAHEAD)):
+            b, m = order[i]
+            mem = by[b].memory
+            if (mem <= 0 or only_forwards) and self._is_ready(b, m, t):
+                return i
+            only_forwards = only_forwards and mem > 0
+        return None
+
+    def _step(self, d: int) -> None:
+        t, order, wait = self.cur[d], self.orders[d], self.pending[d]
+        if self.pos[d] == len(order):
+            return self._put(d, wait.popleft(), t)
+        b, m = order[self.pos[d]]
+        blk = self.p.by_id[b]
+        if wait and blk.memory > 0 and self.mem[d] + blk.memory > self.cap[d] + EPS:
+            return self._put(d, wait.popleft(), t)  # the forward needs the memory a W frees
+        r, known = self._ready(b, m)
+        jump = self._nearer_loss(d, t) if known and r <= t + EPS and blk.memory > 0 else None
+        if known and r <= t + EPS and jump is None:
+            self.pos[d] += 1
+            return self._put(d, (b, m), t)
+        jump = jump if jump is not None else self._ready_later(d, t)
+        if jump is not None:
+            i = self.pos[d]
+            order[i:jump + 1] = [order[jump], *order[i:jump]]
+            self.pos[d] += 1
+            return self._put(d, order[i], t)
+        if wait and t + self.p.by_id[wait[0][0]].duration <= r + EPS:
+            return self._put(d, wait.popleft(), t)
+        if r > t + EPS:
+            self.cur[d] = r
+        else:
+            self.parked.add(d)  # its input's device, at this same time, moves first
+
+    def run(self) -> dict[Key, Number] | None:
+        live = set(range(self.p.devices))
+        while live:
+            d = min((e for e in live if e not in self.parked), key=lambda e: (self.cur[e], e), default=None)
+            if d is None:
+                raise DeadlockError("W-filling walk: every device waits on another")
+            self._step(d)
+            if self.cur[d] + self.work[d] > self.cutoff + EPS:
+                return None  # longer than the cutoff whatever comes next
+            if self.pos[d] == len(self.orders[d]) and not self.pending[d]:
+                live.discard(d)
+        return self.start
+
+
+def fill_weights(p: Placement, orders: Sequence[Sequence[Key]], weight: dict[str, str],
+                 limit: Sequence[Number] | None, cutoff: Number = math.inf) -> dict[Key, Number] | None:
+    """Start times of the F/B `orders` (W passes left out) with each device's W passes filled
+    in; None as soon as the makespan is sure to exceed `cutoff`."""
+    return _Walk(p, orders, weight, limit, cutoff).run()
