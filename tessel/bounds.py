@@ -200,6 +200,7 @@ Rows = dict[str, Vec]  # per block
 RATE_BLOCKS = 2000  # most blocks for the device term of the staggered releases and tails
 JOB_GROUPS = 48  # a block's tasks on a device as at most this many jobs of the one-machine bound
 EPS_MEMORY = 1e-9  # a release counted as ended a hair early: that only lowers the bound
+DEVICE_TERM_WORK = 1_000_000  # most (micro-batches**2 x ancestors on a block's device) for the device term with memory
 
 
 def staggered_releases(p: Placement, micro_batches: int, memory: Memory | None = None) -> Rows:
@@ -212,7 +213,9 @@ def staggered_releases(p: Placement, micro_batches: int, memory: Memory | None =
     - itself: the tasks of b run one after another, so r[b][k] >= r[b][k-1] + duration(b);
     - its device: before the k-th task of b starts, each device d of b ran k tasks of b and, of
       every ancestor of b on d, the k+1 tasks of those micro-batches, none before the earliest
-      of their first starts (up to RATE_BLOCKS blocks: ancestor sets cost their square);
+      of their first starts (up to RATE_BLOCKS blocks: ancestor sets cost their square); with
+      `memory`, the j-th of each no earlier than its own least start, memory delays included
+      (_device_term, up to DEVICE_TERM_WORK);
     - memory (`memory`: per device its limit and holds, as memory_lower_bound): when the k-th
       task of an allocating block a starts, at time t, the k+1 micro-batches that started a each
       hold every amount x of a hold (a', r') with a' = a or an ancestor of a until their task of
@@ -268,11 +271,15 @@ def _with_memory(p: Placement, n: int, order: Sequence[str], before: Mapping[str
     plan = {x: [(limit, sum(amount for _, amount in holds),
                  [(rel, amount, pos[rel] < pos[x], x in near[rel]) for rel, amount in holds])
                 for limit, holds in lists] for x, lists in waits.items()}
+    same = _same_device(p, order, near, n)
+    jobs: dict[tuple[str, int], tuple[list[float], list[float]]] = {}  # (block, device): its device term's jobs
     for k in range(n):
         for x in order:
             t = max(low[x][k], r[x][k - 1] + dur[x]) if k else low[x][0]
             for a, g in gaps[x]:
                 t = max(t, r[a][k] + g)
+            for i, on in enumerate(same[x]):
+                t = max(t, _device_term(jobs.setdefault((x, i), ([], [])), on, x, k, r, dur))
             for limit, total, holds in plan.get(x, ()):
                 if (k + 1) * total <= limit:  # all k+1 micro-batches fit whatever has ended
                     continue
@@ -284,6 +291,41 @@ def _with_memory(p: Placement, n: int, order: Sequence[str], before: Mapping[str
             r[x].append(t)
             ends[x].append(t + dur[x])
     return {x: np.array(row, dtype=np.float64) for x, row in r.items()}
+
+
+def _same_device(p: Placement, order: Sequence[str], near: Mapping[str, frozenset[str]],
+                 n: int) -> dict[str, list[list[str]]]:
+    """Per block, per device of it, its ancestors there: the device term of _with_memory, where the
+    device runs them one after another from their own (memory-delayed) releases; none above
+    DEVICE_TERM_WORK (its jobs grow with the square of the micro-batches)."""
+    same = {x: [[a for a in near[x] if d in p.by_id[a].devices] for d in p.by_id[x].devices] for x in order}
+    work = n * n * sum(len(on) + 1 for lists in same.values() for on in lists)
+    return same if work <= DEVICE_TERM_WORK else {x: [] for x in order}
+
+
+def _device_term(jobs: tuple[list[float], list[float]], on: Sequence[str], x: str, k: int,
+                 r: Mapping[str, list[float]], dur: Mapping[str, Number]) -> float:
+    """The least start of the k-th task of x by its device d: before it, d ran k tasks of x and, of
+    every ancestor a of x on d (`on`), k+1 tasks (those of the micro-batches of x's first k+1),
+    one after another, the j-th of each no earlier than r[a][j] (r[x][j]), memory delays
+    included. So it is at least the least time one machine ends those jobs (_completion);
+    staggered_releases' device term with every release instead of the first. `jobs`: the
+    releases and durations so far (k-1), extended here."""
+    if not on:
+        return 0.0
+    rel, work = jobs
+    rel += [r[a][k] for a in on] + ([r[x][k - 1]] if k else [])
+    work += [float(dur[a]) for a in on] + ([float(dur[x])] if k else [])
+    return _completion(rel, work)
+
+
+def _completion(release: Sequence[float], work: Sequence[float]) -> float:
+    """The least time one machine ends every job (release, work): max over jobs of its release
+    plus the work of every job released no earlier (those run after it starts, whatever the order)."""
+    rel = np.asarray(release)
+    order = np.argsort(rel, kind="stable")
+    after = np.cumsum(np.asarray(work)[order][::-1])[::-1]
+    return float(np.max(rel[order] + after))
 
 
 def _propagate(p: Placement, n: int, order: Sequence[str], before: Mapping[str, Sequence[str]],

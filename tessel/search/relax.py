@@ -24,7 +24,7 @@ waits for its own micro-batch's earlier task and that memory caps the micro-batc
 at once: on a V (zbv) the device at the tip can start only so many micro-batches before the
 first one's round trip returns, so it idles at the start, and again at the end, where the last
 ones' round trips leave nothing to run. On zbv with 16 devices, 24 micro-batches, unit costs,
-latency 0.5 and 1F1B's memory it proves 116.5 where the arguments prove 101.5; the best known
+latency 0.5 and 1F1B's memory it proves 116.5 where the arguments prove 103; the best known
 schedule (the zero-bubble repository's) is 116.5.
 
 CP-SAT's work on it is capped in deterministic seconds (one worker: the same bound every run);
