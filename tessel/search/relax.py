@@ -92,11 +92,16 @@ def grid(p: Placement, upper: Number) -> float:
 
 
 def _order(p: Placement, n: int, rows: tuple[bounds.Rows, bounds.Rows], memory: bounds.Memory) -> list[int]:
-    """The devices small enough to model, highest preemptive bound first, then latest first
-    release: only the order in which the budget is spent (every device's relaxation is a bound)."""
+    """The devices small enough to model, highest preemptive bound first, then those whose first
+    release is furthest from the middle of all devices' (the ends of the pipeline: the tip of a V,
+    whose round trips split its work, and the first device of a loop, whose last backward comes
+    back through all the others), the later first: only the order in which the budget is spent
+    (every device's relaxation is a bound)."""
     pre = bounds.device_bounds(p, n, memory, rows)
     small = [d for d in pre if n * len(p.blocks_on(d)) <= RELAX_TASKS]
-    return sorted(small, key=lambda d: (-pre[d], -min(float(rows[0][b.id][0]) for b in p.blocks_on(d)), d))
+    first = {d: min(float(rows[0][b.id][0]) for b in p.blocks_on(d)) for d in small}
+    mid = (max(first.values(), default=0.0) + min(first.values(), default=0.0)) / 2
+    return sorted(small, key=lambda d: (-pre[d], -abs(first[d] - mid), -first[d], d))
 
 
 def _down(x: Number, res: float) -> int:
