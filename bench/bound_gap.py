@@ -118,7 +118,7 @@ def proven(p: Placement, n: int, limit: Number | tuple[Number, ...], best: Numbe
     holds = problem.real_holds()
     old = max([bounds.lower_bound(p, n), bounds.shard_lower_bound(p, n),
                *(bounds.memory_lower_bound(p, n, d, h, lim) for d, (lim, h) in holds.items())])
-    device = bounds.device_lower_bound(p, n, holds)
+    device = bounds.device_lower_bound(p, n, holds, bounds.RELAX_TERM_WORK)
     small = any(n * len(p.blocks_on(d)) <= RELAX_TASKS for d in range(p.devices))
     if devices == 0 or not small or best <= above * max(old, device) + 1e-9:
         return old, device, None

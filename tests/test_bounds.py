@@ -104,7 +104,7 @@ def test_the_device_bound_is_below_the_exact_optimum_on_v_placements(devices: in
 @pytest.mark.parametrize("shape,devices,n,latency,memory", [("interleaved_zb", 2, 3, 1, 4), ("interleaved_zb", 2, 4, 1, 4),
                                                               ("zbv", 3, 4, 2, 4), ("interleaved_zb", 3, 3, 1, 4)])
 def test_the_device_term_with_memory_delayed_releases_is_tighter_and_below_the_optimum(
-        shape: str, devices: int, n: int, latency: int, memory: int, monkeypatch: pytest.MonkeyPatch) -> None:
+        shape: str, devices: int, n: int, latency: int, memory: int) -> None:
     """The device term of the staggered releases from every task's own (memory-delayed) release,
     not only the first: a memory limit that holds back a device's later forwards holds back what
     waits for them on that device too."""
@@ -112,8 +112,7 @@ def test_the_device_term_with_memory_delayed_releases_is_tighter_and_below_the_o
     got = _optimum(p, n, memory)
     assert got is not None
     opt, _, new = got
-    monkeypatch.setattr(bounds, "DEVICE_TERM_WORK", 0)  # the term from the first releases only
-    before = bounds.device_lower_bound(p, n, make_problem(p, memory).real_holds())
+    before = bounds.device_lower_bound(p, n, make_problem(p, memory).real_holds(), term_work=0)  # first releases only
     assert before < new <= opt
 
 

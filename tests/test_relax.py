@@ -99,7 +99,7 @@ def test_a_16_device_v_under_1f1b_memory_is_proven_at_the_best_known_schedule(tm
     assert s.errors() == []
     s.save(tmp_path / "s.json")
     checker_verdict(tmp_path / "s.json")
-    device = bounds.device_lower_bound(v, 24, problem.real_holds())
+    device = bounds.device_lower_bound(v, 24, problem.real_holds(), bounds.RELAX_TERM_WORK)
     relaxed = relaxed_bound(problem, 24, upper=s.makespan, floor=device, devices=1)
     assert device == 103 and relaxed == 116.5 <= s.makespan
 

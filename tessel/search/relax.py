@@ -68,7 +68,8 @@ def relaxed_bound(problem: Problem, micro_batches: int, upper: Number, floor: Nu
             all(n * len(p.blocks_on(d)) > RELAX_TASKS for d in range(p.devices)):
         return floor
     memory = problem.real_holds()
-    rows = bounds.staggered_releases(p, n, memory), bounds.staggered_tails(p, n, memory)
+    rows = (bounds.staggered_releases(p, n, memory, bounds.RELAX_TERM_WORK),
+            bounds.staggered_tails(p, n, memory, bounds.RELAX_TERM_WORK))
     fifo = set(fifo_blocks(problem))
     res = grid(p, upper)
     best = floor
