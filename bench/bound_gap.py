@@ -5,8 +5,8 @@ For every row of the peers tables given (default: bench/results/peers*.md) the p
 again (bench/peers.py's Row, bench/vpeers.py's Config) and its bounds computed: `old`, the best of
 FORMAT.md's, the fill through all-device blocks and Little's law on the memory limit; `device`,
 one device at a time with every task's own release and tail (bounds.device_lower_bound: latency
-and memory delays per micro-batch); `relax`, the one-device exact relaxation (tessel.search.relax:
-CP-SAT under a deterministic budget, horizon the row's best makespan; `-` where it did not run:
+and memory delays per micro-batch, its device term in full: bounds.RELAX_TERM_WORK); `relax`, the
+one-device exact relaxation (tessel.search.relax: CP-SAT under a deterministic budget, horizon the row's best makespan; `-` where it did not run:
 the best makespan is within RELAX_ABOVE of the bounds before, or every device has more than
 RELAX_TASKS tasks);
 `bound`, the best of them. `tessel` and `best` (the shortest of tessel, the zero-bubble
