@@ -200,7 +200,7 @@ Rows = dict[str, Vec]  # per block
 RATE_BLOCKS = 2000  # most blocks for the device term of the staggered releases and tails
 JOB_GROUPS = 48  # a block's tasks on a device as at most this many jobs of the one-machine bound
 EPS_MEMORY = 1e-9  # a release counted as ended a hair early: that only lowers the bound
-DEVICE_TERM_WORK = 100_000  # most (micro-batches**2 x ancestors on a block's device) for the device term with memory
+DEVICE_TERM_WORK = 30_000  # most (micro-batches**2 x ancestors on a block's device) for the device term with memory
 # (the search's default: a few hundredths of a second; the relaxation, which spends seconds, takes RELAX_TERM_WORK)
 RELAX_TERM_WORK = 4_000_000
 
