@@ -5,16 +5,17 @@ For every row of the peers tables given (default: bench/results/peers*.md) the p
 again (bench/peers.py's Row, bench/vpeers.py's Config) and its bounds computed: `old`, the best of
 FORMAT.md's, the fill through all-device blocks and Little's law on the memory limit; `device`,
 one device at a time with every task's own release and tail (bounds.device_lower_bound: latency
-and memory delays per micro-batch); `relax`, the one-device exact relaxation (tessel.search.relax:
-CP-SAT under a deterministic budget, horizon the row's best makespan; `-` where it did not run:
+and memory delays per micro-batch, its device term in full: bounds.RELAX_TERM_WORK); `relax`, the
+one-device exact relaxation (tessel.search.relax: CP-SAT under a deterministic budget, horizon the row's best makespan; `-` where it did not run:
 the best makespan is within RELAX_ABOVE of the bounds before, or every device has more than
 RELAX_TASKS tasks);
 `bound`, the best of them. `tessel` and `best` (the shortest of tessel, the zero-bubble
 repository's scheduler, every baseline and peer column) are read from the table as recorded;
 their ratios to `bound` are the proven gaps. peers-v.md records only the largest per-device limit
-of a row: its bounds are worked out with that limit on every device (more memory: still a lower
-bound, maybe a weaker one), except on the rows of 1F1B's memory, whose per-device limits are
-worked out again. Only rows with latency unless --all.
+of a row: each device's own (the limits tessel searched under) is worked out again from 1F1B's or
+the peer's own schedule (the zero-bubble repository's with --zb-repo); where that cannot be done
+the largest holds on every device (more memory: still a lower bound, maybe a weaker one). Only
+rows with latency unless --all.
 
     .venv/bin/python bench/bound_gap.py                  # writes bench/results/bound_gap.md
     .venv/bin/python bench/bound_gap.py --all -o /tmp/gap.md bench/results/peers-memory.md
@@ -29,19 +30,23 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from peers import Row  # noqa: E402
-from vpeers import Config, one_f_one_b_memory  # noqa: E402
+from vpeers import PEERS, Config, load, one_f_one_b_memory, run_peer  # noqa: E402
 
 from tessel import bounds  # noqa: E402
 from tessel.io import atomic_write  # noqa: E402
 from tessel.placement import Number, Placement  # noqa: E402
+from tessel.schedule import Schedule  # noqa: E402
 from tessel.search.problem import make_problem  # noqa: E402
 from tessel.search.relax import RELAX_PROBES, RELAX_TASKS, RELAX_WORK, relaxed_bound  # noqa: E402
+
+ZB_REPO = "/tmp/zb"  # the zero-bubble repository (bench/vpeers.py --zb-repo): the peers' own per-device peaks
 
 RELAX_DEVICES = 4  # devices per row the relaxation tries (highest preemptive bound first)
 RELAX_ABOVE = 1.01  # ... on rows whose best makespan is more than this many times the bound before
@@ -77,18 +82,32 @@ def read_rows(path: Path) -> list[dict[str, str]]:
     return [dict(zip(head, (c.strip() for c in ln.strip("|").split("|")))) for ln in lines[1:]]
 
 
-def case_of(cells: dict[str, str]) -> Case:
+def case_of(cells: dict[str, str], mods: dict[str, Any] | None = None) -> Case:
+    """The row's case; peers-v.md's per-device limits worked out again (1F1B's, or the peer's own
+    peak when its schedule can be rebuilt: torch's always, the zero-bubble repository's with
+    `mods`), else its largest on every device."""
     if "limit (max/device)" in cells:  # bench/vpeers.py: the memory row's name and its largest limit
         cfg = Config(int(cells["p"]), int(cells["m"]), cells["costs"], cells["latency"] != "0")
         p = cfg.placement(cells["placement"])
-        limit: Number | tuple[Number, ...] = float(cells["limit (max/device)"])
+        top = float(cells["limit (max/device)"])
+        limit: Number | tuple[Number, ...] = top
         if cells["memory"] == "1F1B's":  # worked out again: every device's own
             limit = one_f_one_b_memory(p, cfg.m)
-            assert max(limit) == float(cells["limit (max/device)"]), (cells, limit)
+        else:
+            limit = _peer_peak(cells["memory"].removesuffix("'s"), cells["placement"], cfg, mods) or top
+        assert abs((max(limit) if isinstance(limit, tuple) else limit) - top) < 1e-6, (cells, limit)
         return Case(p, cells["placement"], cfg.p, cfg.m, cfg.costs, cells["memory"], limit, cfg.latency)
     memory = int(cells["memory"].split()[0])  # "1 M_B = 8"
     row = Row(cells["placement"], int(cells["p"]), int(cells["m"]), cells["costs"], cells["latency"] != "0", memory)
     return Case(row.placement(), row.shape, row.p, row.m, row.costs, cells["memory"], row.limit, row.latency)
+
+
+def _peer_peak(name: str, shape: str, cfg: Config, mods: dict[str, Any] | None) -> tuple[Number, ...] | None:
+    """The per-device peak of the peer's own schedule (the limits tessel searched under), or None
+    where it cannot be rebuilt here."""
+    peer = next((x for x in PEERS if x.name == name and x.shape == shape), None)
+    s = None if peer is None else run_peer(peer, mods, cfg)
+    return tuple(s.peak_memory) if isinstance(s, Schedule) else None
 
 
 def proven(p: Placement, n: int, limit: Number | tuple[Number, ...], best: Number, devices: int,
@@ -99,7 +118,7 @@ def proven(p: Placement, n: int, limit: Number | tuple[Number, ...], best: Numbe
     holds = problem.real_holds()
     old = max([bounds.lower_bound(p, n), bounds.shard_lower_bound(p, n),
                *(bounds.memory_lower_bound(p, n, d, h, lim) for d, (lim, h) in holds.items())])
-    device = bounds.device_lower_bound(p, n, holds)
+    device = bounds.device_lower_bound(p, n, holds, bounds.RELAX_TERM_WORK)
     small = any(n * len(p.blocks_on(d)) <= RELAX_TASKS for d in range(p.devices))
     if devices == 0 or not small or best <= above * max(old, device) + 1e-9:
         return old, device, None
@@ -113,9 +132,10 @@ def _num(x: str) -> float | None:
         return None
 
 
-def measure(name: str, cells: dict[str, str], devices: int, above: float) -> tuple[str, float | None, float]:
+def measure(name: str, cells: dict[str, str], devices: int, above: float,
+            mods: dict[str, Any] | None) -> tuple[str, float | None, float]:
     """The table line of one row, its tessel / bound and its best / bound."""
-    case = case_of(cells)
+    case = case_of(cells, mods)
     tessel = _num(cells["tessel"])
     best = min(x for x in (_num(cells.get(c, "-")) for c in MAKESPANS) if x is not None)
     t0 = time.perf_counter()
@@ -137,7 +157,8 @@ def spread(name: str, gaps: list[float]) -> str:
             f" | {sum(g > RANGES[-1] + 1e-9 for g in gaps)} | {max(gaps, default=0.0):.4f} |")
 
 
-def header(gaps: list[float], best: list[float], devices: int, above: float) -> list[str]:
+def header(gaps: list[float], best: list[float], devices: int, above: float,
+           mods: dict[str, Any] | None) -> list[str]:
     over = sum(g > 1.05 + 1e-9 for g in gaps)
     return ["# Proven gap on the zero-bubble grid: the bounds that know latency and memory", "",
             "Makespans as recorded by bench/peers.py and bench/vpeers.py in the files named; bounds computed "
@@ -145,8 +166,9 @@ def header(gaps: list[float], best: list[float], devices: int, above: float) -> 
             "bounds.device_lower_bound; `relax`: tessel.search.relax (one device exactly, CP-SAT, at most "
             f"{RELAX_PROBES} solves of {RELAX_WORK} deterministic s per device, {devices} devices a row, on rows whose "
             f"best makespan is above {above} x the bound before; `-`: not run); `best`: the shortest of tessel, the zero-bubble repository's scheduler, every baseline and "
-            "peer. Gaps are makespan / bound; peers-v.md rows are bounded with their largest per-device limit on "
-            f"every device (1F1B's memory: each device's own). Machine: {platform.machine()}, python {platform.python_version()}, 2 cores shared "
+            "peer. Gaps are makespan / bound; peers-v.md rows are bounded with each device's own limit, worked out "
+            f"again from 1F1B's or the peer's schedule ({'with' if mods else 'without'} the zero-bubble repository"
+            f"{'' if mods else ': its peers get their largest limit on every device'}). Machine: {platform.machine()}, python {platform.python_version()}, 2 cores shared "
             f"with other jobs (load {os.getloadavg()[0]:.1f} at the end; `bound s` is wall time).", "",
             f"Rows with tessel more than 5% above the bound: {over} of {len(gaps)}; with the best makespan "
             f"recorded: {sum(g > 1.05 + 1e-9 for g in best)} of {len(best)}.", "",
@@ -165,8 +187,12 @@ def main() -> None:
                     help=f"devices per row the relaxation tries (default {RELAX_DEVICES}; 0: none)")
     ap.add_argument("--relax-above", type=float, default=RELAX_ABOVE,
                     help=f"only rows whose best makespan is above this many times the bound before (default {RELAX_ABOVE})")
+    ap.add_argument("--zb-repo", default=ZB_REPO,
+                    help=f"the zero-bubble repository, for its peers' per-device peaks (default {ZB_REPO}; "
+                         "without it their rows use the largest limit on every device)")
     ap.add_argument("-o", "--output", default=str(ROOT / "bench" / "results" / "bound_gap.md"))
     args = ap.parse_args()
+    mods = load(args.zb_repo) if Path(args.zb_repo).exists() else None
     files = [Path(t) for t in args.tables] or sorted((ROOT / "bench" / "results").glob("peers*.md"))
     out: list[str] = []
     gaps: list[float] = []
@@ -175,13 +201,13 @@ def main() -> None:
         for cells in read_rows(f):
             if cells["latency"] == "0" and not args.all:
                 continue
-            line, gap, best_gap = measure(f.name, cells, args.relax_devices, args.relax_above)
+            line, gap, best_gap = measure(f.name, cells, args.relax_devices, args.relax_above, mods)
             out.append(line)
             gaps += [] if gap is None else [gap]
             best.append(best_gap)
             print(line, flush=True)
     cmd = "`.venv/bin/python bench/bound_gap.py " + " ".join(sys.argv[1:]) + "`"
-    atomic_write(args.output, "\n".join(header(gaps, best, args.relax_devices, args.relax_above) + out + ["", "Reproduce: " + cmd]) + "\n")
+    atomic_write(args.output, "\n".join(header(gaps, best, args.relax_devices, args.relax_above, mods) + out + ["", "Reproduce: " + cmd]) + "\n")
 
 
 if __name__ == "__main__":

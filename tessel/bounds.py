@@ -218,9 +218,13 @@ Rows = dict[str, Vec]  # per block
 RATE_BLOCKS = 2000  # most blocks for the device term of the staggered releases and tails
 JOB_GROUPS = 48  # a block's tasks on a device as at most this many jobs of the one-machine bound
 EPS_MEMORY = 1e-9  # a release counted as ended a hair early: that only lowers the bound
+DEVICE_TERM_WORK = 30_000  # most (micro-batches**2 x ancestors on a block's device) for the device term with memory
+# (the search's default: a few hundredths of a second; the relaxation, which spends seconds, takes RELAX_TERM_WORK)
+RELAX_TERM_WORK = 4_000_000
 
 
-def staggered_releases(p: Placement, micro_batches: int, memory: Memory | None = None) -> Rows:
+def staggered_releases(p: Placement, micro_batches: int, memory: Memory | None = None,
+                       term_work: int = DEVICE_TERM_WORK) -> Rows:
     """r[b][k]: the least start of the k-th task of block b in time order (k = 0 .. N-1).
 
     Valid for every schedule, by four arguments:
@@ -230,7 +234,9 @@ def staggered_releases(p: Placement, micro_batches: int, memory: Memory | None =
     - itself: the tasks of b run one after another, so r[b][k] >= r[b][k-1] + duration(b);
     - its device: before the k-th task of b starts, each device d of b ran k tasks of b and, of
       every ancestor of b on d, the k+1 tasks of those micro-batches, none before the earliest
-      of their first starts (up to RATE_BLOCKS blocks: ancestor sets cost their square);
+      of their first starts (up to RATE_BLOCKS blocks: ancestor sets cost their square); with
+      `memory`, the j-th of each no earlier than its own least start, memory delays included
+      (_device_term, up to DEVICE_TERM_WORK);
     - memory (`memory`: per device its limit and holds, as memory_lower_bound): when the k-th
       task of an allocating block a starts, at time t, the k+1 micro-batches that started a each
       hold every amount x of a hold (a', r') with a' = a or an ancestor of a until their task of
@@ -240,10 +246,11 @@ def staggered_releases(p: Placement, micro_batches: int, memory: Memory | None =
       forward waits for the releases of the backwards a round trip away.
     r[b][0] is at least the earliest start (the longest path, latency included)."""
     return _staggered(p, micro_batches, p.topo_order, p.preds,
-                      lambda a, x: p.by_id[a].duration + p.edge_latency(a, x), memory)
+                      lambda a, x: p.by_id[a].duration + p.edge_latency(a, x), memory, term_work)
 
 
-def staggered_tails(p: Placement, micro_batches: int, memory: Memory | None = None) -> Rows:
+def staggered_tails(p: Placement, micro_batches: int, memory: Memory | None = None,
+                    term_work: int = DEVICE_TERM_WORK) -> Rows:
     """q[b][k]: the least time after the end of the k-th last task of b to end (k = 0: the last
     one); staggered_releases of the schedule read backwards in time: outputs for inputs, and a
     hold (a, r) taken at r's end and given back at a's start. The memory argument holds as is
@@ -254,23 +261,26 @@ def staggered_tails(p: Placement, micro_batches: int, memory: Memory | None = No
     back = None if memory is None else {d: (limit, [(r, a, x) for a, r, x in holds])
                                         for d, (limit, holds) in memory.items()}
     return _staggered(p, micro_batches, tuple(reversed(p.topo_order)), p.succs,
-                      lambda s, x: p.by_id[s].duration + p.edge_latency(x, s), back)
+                      lambda s, x: p.by_id[s].duration + p.edge_latency(x, s), back, term_work)
 
 
 def _staggered(p: Placement, n: int, order: Sequence[str], before: Mapping[str, Sequence[str]],
-               gap: Callable[[str, str], Number], memory: Memory | None) -> Rows:
+               gap: Callable[[str, str], Number], memory: Memory | None, term_work: int) -> Rows:
     """The recursion of staggered_releases along `order` (`before`: the blocks that come first):
     without memory, all micro-batches at once; with it, micro-batch by micro-batch, as a memory
     delay of the k-th task needs the releases' earlier tasks."""
     near = graph.ancestors(order, before) if len(order) <= RATE_BLOCKS else None
     r = _propagate(p, n, order, before, gap, near)
     waits = _memory_waits(memory, near) if memory and near is not None else {}
-    return _with_memory(p, n, order, before, gap, r, near, waits) if waits and near is not None else r
+    if not waits or near is None:
+        return r
+    return _with_memory(p, n, order, before, gap, r, near, waits, _same_device(p, order, near, n, term_work))
 
 
 def _with_memory(p: Placement, n: int, order: Sequence[str], before: Mapping[str, Sequence[str]],
                  gap: Callable[[str, str], Number], base: Rows, near: Mapping[str, frozenset[str]],
-                 waits: Mapping[str, Sequence[tuple[Number, Sequence[tuple[str, Number]]]]]) -> Rows:
+                 waits: Mapping[str, Sequence[tuple[Number, Sequence[tuple[str, Number]]]]],
+                 same: Mapping[str, Sequence[Sequence[str]]]) -> Rows:
     """The values of `base` (every argument but memory) raised by the memory argument, k by k:
     for each k, in `order`, the inputs' and its own earlier task's values carry every delay on.
     A release that comes after the allocating block (a descendant) has not ended for the
@@ -286,11 +296,14 @@ def _with_memory(p: Placement, n: int, order: Sequence[str], before: Mapping[str
     plan = {x: [(limit, sum(amount for _, amount in holds),
                  [(rel, amount, pos[rel] < pos[x], x in near[rel]) for rel, amount in holds])
                 for limit, holds in lists] for x, lists in waits.items()}
+    jobs: dict[tuple[str, int], tuple[list[float], list[float]]] = {}  # (block, device): its device term's jobs
     for k in range(n):
         for x in order:
             t = max(low[x][k], r[x][k - 1] + dur[x]) if k else low[x][0]
             for a, g in gaps[x]:
                 t = max(t, r[a][k] + g)
+            for i, on in enumerate(same[x]):
+                t = max(t, _device_term(jobs.setdefault((x, i), ([], [])), on, x, k, r, dur))
             for limit, total, holds in plan.get(x, ()):
                 if (k + 1) * total <= limit:  # all k+1 micro-batches fit whatever has ended
                     continue
@@ -302,6 +315,41 @@ def _with_memory(p: Placement, n: int, order: Sequence[str], before: Mapping[str
             r[x].append(t)
             ends[x].append(t + dur[x])
     return {x: np.array(row, dtype=np.float64) for x, row in r.items()}
+
+
+def _same_device(p: Placement, order: Sequence[str], near: Mapping[str, frozenset[str]],
+                 n: int, term_work: int) -> dict[str, list[list[str]]]:
+    """Per block, per device of it, its ancestors there: the device term of _with_memory, where the
+    device runs them one after another from their own (memory-delayed) releases; none above
+    `term_work` (its jobs grow with the square of the micro-batches)."""
+    same = {x: [[a for a in near[x] if d in p.by_id[a].devices] for d in p.by_id[x].devices] for x in order}
+    work = n * n * sum(len(on) + 1 for lists in same.values() for on in lists)
+    return same if work <= term_work else {x: [] for x in order}
+
+
+def _device_term(jobs: tuple[list[float], list[float]], on: Sequence[str], x: str, k: int,
+                 r: Mapping[str, list[float]], dur: Mapping[str, Number]) -> float:
+    """The least start of the k-th task of x by its device d: before it, d ran k tasks of x and, of
+    every ancestor a of x on d (`on`), k+1 tasks (those of the micro-batches of x's first k+1),
+    one after another, the j-th of each no earlier than r[a][j] (r[x][j]), memory delays
+    included. So it is at least the least time one machine ends those jobs (_completion);
+    staggered_releases' device term with every release instead of the first. `jobs`: the
+    releases and durations so far (k-1), extended here."""
+    if not on:
+        return 0.0
+    rel, work = jobs
+    rel += [r[a][k] for a in on] + ([r[x][k - 1]] if k else [])
+    work += [float(dur[a]) for a in on] + ([float(dur[x])] if k else [])
+    return _completion(rel, work)
+
+
+def _completion(release: Sequence[float], work: Sequence[float]) -> float:
+    """The least time one machine ends every job (release, work): max over jobs of its release
+    plus the work of every job released no earlier (those run after it starts, whatever the order)."""
+    rel = np.asarray(release)
+    order = np.argsort(rel, kind="stable")
+    after = np.cumsum(np.asarray(work)[order][::-1])[::-1]
+    return float(np.max(rel[order] + after))
 
 
 def _propagate(p: Placement, n: int, order: Sequence[str], before: Mapping[str, Sequence[str]],
@@ -417,7 +465,8 @@ def one_machine_bound(jobs: Sequence[tuple[Number, Number, Number]]) -> Number:
     return best
 
 
-def device_lower_bound(p: Placement, micro_batches: int, memory: Memory | None = None) -> Number:
+def device_lower_bound(p: Placement, micro_batches: int, memory: Memory | None = None,
+                       term_work: int = DEVICE_TERM_WORK) -> Number:
     """max over devices of the one-machine bound of its N x blocks tasks, each task with its own
     release and tail (staggered_releases / staggered_tails: the k-th task of a block to start
     is the (N-1-k)-th last to end, as a block's tasks on a device run one after another).
@@ -431,17 +480,17 @@ def device_lower_bound(p: Placement, micro_batches: int, memory: Memory | None =
     device's work, and the part after the wait cannot start before it; with a memory limit,
     a device can start only so many micro-batches before the releases of the first round trip
     come back. Above STAGGER_TASKS (task, device) pairs, a block's tasks share its head and tail."""
-    return max(device_bounds(p, micro_batches, memory).values(), default=0)
+    return max(device_bounds(p, micro_batches, memory, term_work=term_work).values(), default=0)
 
 
 def device_bounds(p: Placement, micro_batches: int, memory: Memory | None = None,
-                  rows: tuple[Rows, Rows] | None = None) -> dict[int, Number]:
+                  rows: tuple[Rows, Rows] | None = None, term_work: int = DEVICE_TERM_WORK) -> dict[int, Number]:
     """device_lower_bound's one-machine bound of each device with blocks; `rows`: the
     staggered releases and tails when already worked out."""
     n = micro_batches
     pairs = n * sum(len(b.devices) for b in p.blocks)
     if pairs <= STAGGER_TASKS:
-        r, q = rows or (staggered_releases(p, n, memory), staggered_tails(p, n, memory))
+        r, q = rows or (staggered_releases(p, n, memory, term_work), staggered_tails(p, n, memory, term_work))
         jobs_of = {b.id: _grouped(r[b.id], b.duration, q[b.id][::-1]) for b in p.blocks}
     else:
         pt = paths(p)

@@ -101,6 +101,21 @@ def test_the_device_bound_is_below_the_exact_optimum_on_v_placements(devices: in
     assert old < new <= opt
 
 
+@pytest.mark.parametrize("shape,devices,n,latency,memory", [("interleaved_zb", 2, 3, 1, 4), ("interleaved_zb", 2, 4, 1, 4),
+                                                              ("zbv", 3, 4, 2, 4), ("interleaved_zb", 3, 3, 1, 4)])
+def test_the_device_term_with_memory_delayed_releases_is_tighter_and_below_the_optimum(
+        shape: str, devices: int, n: int, latency: int, memory: int) -> None:
+    """The device term of the staggered releases from every task's own (memory-delayed) release,
+    not only the first: a memory limit that holds back a device's later forwards holds back what
+    waits for them on that device too."""
+    p = getattr(library, shape)(devices, forward=1, backward=1, weight=1, latency=latency)
+    got = _optimum(p, n, memory)
+    assert got is not None
+    opt, _, new = got
+    before = bounds.device_lower_bound(p, n, make_problem(p, memory).real_holds(), term_work=0)  # first releases only
+    assert before < new <= opt
+
+
 def test_the_search_proves_its_zero_bubble_schedule_optimal_with_latency(tmp_path: Path) -> None:
     # zb, 4 devices, unit costs, latency 0.5, memory 1 M_B: no bound without latency and memory
     # together proves it (head + N * load is 40.5); one micro-batch's releases a round trip away do
