@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from shared_files import checker_verdict
 
-from tessel import bounds, library
+from tessel import bounds, holds, library
 from tessel.placement import Block, Number, Placement, make_placement
 from tessel.search import search
 from tessel.search.budget import Clock
@@ -130,20 +130,20 @@ def test_the_search_proves_its_zero_bubble_schedule_optimal_with_latency(tmp_pat
 
 @pytest.mark.parametrize("name", ["vshape", "xshape", "mshape", "kshape", "zbv", "interleaved", "alphafold"])
 def test_the_chain_hold_is_a_path_so_never_above_the_longest(name: str) -> None:
-    """Little's law at thousands of devices takes one path per memory pair (bounds.chain_hold) instead
+    """Little's law at thousands of devices takes one path per memory pair (holds.chain_hold) instead
     of the longest: it must stay a lower bound of the longest, and equal it on a plain chain."""
     p = library.build(name, devices=4)
     p = make_placement(p.name, p.devices, p.blocks, p.edges, latency=0.5)
-    hold = bounds.chain_hold(p)
+    hold = holds.chain_hold(p)
     ancestors: dict[str, set[str]] = {b: set() for b in p.topo_order}
     for x in p.topo_order:
         for y in p.succs[x]:
             ancestors[y] |= ancestors[x] | {x}
     pairs = [(a, r) for r in p.topo_order for a in ancestors[r]]
     assert pairs
-    assert all(hold(a, r) <= bounds.hold_time(p, a, r) + 1e-9 for a, r in pairs)
+    assert all(hold(a, r) <= holds.hold_time(p, a, r) + 1e-9 for a, r in pairs)
     if name == "vshape":  # one chain: the path is the only one
-        assert all(abs(hold(a, r) - bounds.hold_time(p, a, r)) < 1e-9 for a, r in pairs)
+        assert all(abs(hold(a, r) - holds.hold_time(p, a, r)) < 1e-9 for a, r in pairs)
     # below HOLD_WORK every pair's hold is the longest path, its lookups done once: the same numbers
-    longest = bounds.holds_of(p, len(pairs))
-    assert [longest(a, r) for a, r in pairs] == [bounds.hold_time(p, a, r) for a, r in pairs]
+    longest = holds.holds_of(p, len(pairs))
+    assert [longest(a, r) for a, r in pairs] == [holds.hold_time(p, a, r) for a, r in pairs]

@@ -160,8 +160,9 @@ def test_bad_arguments_are_named() -> None:
 
 
 def test_a_time_limit_returns_the_best_found_and_says_so() -> None:
-    p = library.build("xshape", devices=8)  # nnshape-8 reaches its (shard) bound at once: optimal
-    s = checked(search(p, 32, 20, time_limit=0.3))
+    # far from its bound (7% at 0.3 s): xshape-8 and nnshape-8 now reach theirs within the limit
+    p = library.build("mshape", devices=8)
+    s = checked(search(p, 32, 12, time_limit=0.3))
     assert s.meta["status"] == "time_limit"
     # how soon it stops is a figure of bench/hostile.py (wall clock rows), not a unit test's assertion
     assert s.meta["seconds"]["total"] > 0 and s.makespan >= bounds.lower_bound(p, 32)

@@ -160,6 +160,6 @@ def test_the_search_on_its_own_reaches_the_bound_where_zb_h2_does(p: int) -> Non
     z = library.zb(p, forward=1, backward=1, weight=1, latency=0.5)
     n = 3 * p
     s = search(z, n, memory=2 * p, budget=Budget(race=False), time_limit=60)
-    assert s.errors() == [] and s.meta["base"] == "repetend"
+    assert s.errors() == [] and s.meta["base"] in ("repetend", "justified")  # the search's own, no baseline
     assert s.makespan == 3 * n + (p - 1) * 1.5 < BASELINES["zb-h1"](z, n, 2 * p).makespan
     assert max(s.peak_memory) <= 2 * p

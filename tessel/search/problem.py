@@ -16,7 +16,7 @@ from fractions import Fraction
 from functools import cached_property
 from typing import Any
 
-from .. import bounds, graph
+from .. import bounds, graph, holds
 from ..errors import LimitError, TesselError
 from ..key import Key
 from ..numeric import fmt, snap
@@ -118,7 +118,7 @@ class Problem:
         best = Fraction(0)
         devices = [(d, pairs) for d in self.limited_devices() if (pairs := self.memory_pairs(d)) and self.cap(d) > 0]
         # on the grid (integer durations and latency) every hold is an integer, exact or a path's
-        hold = bounds.holds_of(self.units, sum(len(pairs) for _, pairs in devices))
+        hold = holds.holds_of(self.units, sum(len(pairs) for _, pairs in devices))
         for d, pairs in devices:
             held = sum(amount * int(hold(a, r)) for a, r, amount in pairs)
             best = max(best, Fraction(held, self.cap(d)))
