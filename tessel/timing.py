@@ -173,3 +173,33 @@ def orders_from_starts(p: Placement, starts: Mapping[Key, Number]) -> list[list[
         for d in p.by_id[b].devices:
             orders[d].append((t, m, b))
     return [[(b, m) for _, m, b in sorted(o)] for o in orders]
+
+
+def order_peak(p: Placement, order: Sequence[Key]) -> Number:
+    """A device's peak memory running `order`: one task at a time, so its memory is the running sum
+    (releases at task ends come before the next task's allocation: rule 4). Depends on the order
+    alone, so a baseline's fit is known before it is timed."""
+    level: Number = 0
+    peak: Number = 0
+    for b, _ in order:
+        mem = p.by_id[b].memory
+        level += mem
+        if mem > 0 and level > peak:
+            peak = level
+    return peak
+
+
+def input_ready(p: Placement, b: str, m: int, end: Mapping[Key, Number], device: Mapping[str, int],
+                free: Sequence[Number]) -> tuple[Number, bool]:
+    """Earliest start of (b, m) by its inputs, and whether that time is known: an input not yet
+    placed counts as starting when its device is `free`, a lower bound."""
+    t: Number = 0
+    known = True
+    for a in p.preds[b]:
+        lat = p.edge_latency(a, b)
+        if (a, m) in end:
+            t = max(t, end[(a, m)] + lat)
+        else:
+            known = False
+            t = max(t, free[device[a]] + p.by_id[a].duration + lat)
+    return t, known

@@ -39,6 +39,7 @@ from dataclasses import dataclass, replace
 from ..key import Key
 from ..placement import Number, Placement
 from ..schedule import EPS
+from ..timing import order_peak
 from .shapes import BaselineError, Chain
 from .wfill import fill_weights
 
@@ -99,15 +100,6 @@ def _device_order(p: Placement, c: Chain, blk: _Block, n: int, d: int) -> list[K
     return [x for b, m in order for x in ([(b, m), (c.weight[b], m)] if b in c.weight else [(b, m)])]
 
 
-def _peak(p: Placement, order: Sequence[Key]) -> Number:
-    cur: Number = 0
-    top: Number = 0
-    for b, _ in order:
-        cur += p.by_id[b].memory
-        top = max(top, cur)
-    return top
-
-
 def _monotone(k0: list[int], k1: list[int]) -> None:
     """Early runs that keep every edge forward in the nominal order: a forward runs early only
     if its input does (chunk 0's early runs shrink down the V, chunk 1's shrink back up it)."""
@@ -144,7 +136,7 @@ def _trim(p: Placement, c: Chain, blk: _Block, w: _Warm, n: int, d: int, cap: Nu
     """Cut device d's early runs until its order over `n` micro-batches fits `cap`."""
     while True:
         w.set(blk, d)
-        over = _peak(p, _device_order(p, c, blk, n, d)) - cap
+        over = order_peak(p, _device_order(p, c, blk, n, d)) - cap
         if w.k0[d] + w.k1[d] == 0 or over <= EPS:
             return
         for _ in range(max(1, math.floor(over / w.unit[d] + EPS))):  # fewer early activations
@@ -165,7 +157,7 @@ def vmem_orders(p: Placement, c: Chain, n: int, g: Gaps,
     _monotone(w.k0, w.k1)
     if limit is not None:
         few = min(n, 2 * size)  # the warm-up and a few periods show the peak; the caller checks the whole
-        if any(_peak(p, _device_order(p, c, blk, few, d)) > limit[d] + EPS for d in range(k)):
+        if any(order_peak(p, _device_order(p, c, blk, few, d)) > limit[d] + EPS for d in range(k)):
             return None  # the steady state alone is over: no warm-up can help
         for d in range(k):
             # every early forward is held before the device's first backward: never more than fit
@@ -191,7 +183,7 @@ def _fitting(p: Placement, c: Chain, n: int, limit: Sequence[Number] | None,
         if frozen in seen:
             continue
         seen.add(frozen)
-        if limit is None or all(_peak(p, o) <= cap + EPS for o, cap in zip(orders, limit)):
+        if limit is None or all(order_peak(p, o) <= cap + EPS for o, cap in zip(orders, limit)):
             out.append((g, orders))
     return out
 

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from ..key import Key
 from ..placement import Number, Placement
 from ..schedule import EPS
-from ..timing import DeadlockError
+from ..timing import DeadlockError, input_ready
 
 LOOKAHEAD = 4  # places on in its device's order a ready task may come from
 
@@ -59,17 +59,7 @@ class _Walk:
             self.pending[d].append((self.weight[b], m))
 
     def _ready(self, b: str, m: int) -> tuple[Number, bool]:
-        """Earliest start of (b, m) by its inputs, and whether it is known (else a lower bound)."""
-        t: Number = 0
-        known = True
-        for a in self.p.preds[b]:
-            lat = self.p.edge_latency(a, b)
-            if (a, m) in self.end:
-                t = max(t, self.end[(a, m)] + lat)
-            else:
-                known = False
-                t = max(t, self.cur[self.dev[a]] + self.p.by_id[a].duration + lat)
-        return t, known
+        return input_ready(self.p, b, m, self.end, self.dev, self.cur)
 
     def _is_ready(self, b: str, m: int, t: Number) -> bool:
         return all((a, m) in self.end and self.end[(a, m)] + self.p.edge_latency(a, b) <= t + EPS

@@ -29,7 +29,7 @@ from ..bounds import paths
 from ..key import Key
 from ..placement import Number, Placement
 from ..schedule import EPS
-from ..timing import DeadlockError
+from ..timing import DeadlockError, input_ready
 from .shapes import BaselineError, Chain
 
 Starts = dict[Key, Number]
@@ -98,17 +98,7 @@ class _Walk:
 
     # ---- timing ---------------------------------------------------------------------------
     def _ready(self, b: str, m: int) -> tuple[Number, bool]:
-        """Earliest start of (b, m) by its inputs, and whether that time is known (else a lower bound)."""
-        t: Number = 0
-        known = True
-        for a in self.p.preds[b]:
-            lat = self.p.edge_latency(a, b)
-            if (a, m) in self.end:
-                t = max(t, self.end[(a, m)] + lat)
-            else:
-                known = False
-                t = max(t, self.cur[self.dev[a]] + self.p.by_id[a].duration + lat)
-        return t, known
+        return input_ready(self.p, b, m, self.end, self.dev, self.cur)
 
     def _fits(self, d: int, f: str) -> bool:
         lead, depth = self.depth[f]

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from ..key import Key
 from ..placement import Number, Placement
 from ..schedule import EPS, Schedule, ScheduleError
-from ..timing import DeadlockError, earliest_starts, orders_of
+from ..timing import DeadlockError, earliest_starts, order_peak, orders_of
 
 log = logging.getLogger(__name__)
 LOOKAHEAD = 24  # places later a task may come from
@@ -154,7 +154,7 @@ def _improve(p: Placement, n: int, cur: _State, limit: Sequence[Number] | None, 
             if len(by[b].devices) > 1 or _ready(p, b, m, end) >= end[order[i]] - EPS:
                 continue
             moved = order[:i] + [order[j]] + order[i:j] + order[j + 1:]
-            if limit is not None and _peak(p, moved) > limit[d] + EPS:
+            if limit is not None and order_peak(p, moved) > limit[d] + EPS:
                 continue
             if not budget.going():
                 return None
@@ -177,7 +177,7 @@ def _critical_move(p: Placement, n: int, cur: _State, end: dict[Key, Number], li
         order = cur.orders[d]
         for k in range(i - 1, max(i - 1 - JUMP, -1), -1):
             moved = order[:k] + [order[i]] + order[k:i] + order[i + 1:]
-            if limit is not None and _peak(p, moved) > limit[d] + EPS:
+            if limit is not None and order_peak(p, moved) > limit[d] + EPS:
                 continue
             if not budget.going():
                 return None
@@ -197,7 +197,7 @@ def _defer_move(p: Placement, n: int, cur: _State, end: dict[Key, Number], limit
                 continue
             for k in range(i + 2, min(i + 2 + JUMP, len(order) + 1)):
                 moved = order[:i] + order[i + 1:k] + [order[i]] + order[k:]
-                if limit is not None and _peak(p, moved) > limit[d] + EPS:
+                if limit is not None and order_peak(p, moved) > limit[d] + EPS:
                     break  # later still holds its memory longer
                 if not budget.going():
                     return None
@@ -238,18 +238,6 @@ def _better(a: _State, b: _State) -> bool:
 
 def _ready(p: Placement, b: str, m: int, end: dict[Key, Number]) -> Number:
     return max((end[(a, m)] + p.edge_latency(a, b) for a in p.preds[b]), default=0)
-
-
-def _peak(p: Placement, order: Sequence[Key]) -> Number:
-    """A device's peak memory running `order`: each allocation on top of all earlier changes."""
-    level: Number = 0
-    peak: Number = 0
-    for b, _ in order:
-        mem = p.by_id[b].memory
-        level += mem
-        if mem > 0:
-            peak = max(peak, level)
-    return peak
 
 
 def _rebuilt(s: Schedule, cur: _State) -> Schedule:

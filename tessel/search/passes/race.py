@@ -13,10 +13,10 @@ import time
 from collections.abc import Callable, Sequence
 
 from ...baselines import BaselineError, orders, raced, run_baseline
-from ...key import Key
 from ...numeric import EPS
 from ...placement import Number, Placement
 from ...schedule import ScheduleError, normalise_limit
+from ...timing import order_peak
 from ..budget import Budget, Clock
 from ..state import State
 
@@ -94,16 +94,3 @@ def over_limit(name: str, p: Placement, n: int, limit: Sequence[Number] | None) 
         if peak > lim[d] + EPS:
             return f"{name} needs memory {peak:g} on device {d}, over its limit {lim[d]:g}"
     return None
-
-
-def order_peak(p: Placement, order: Sequence[Key]) -> Number:
-    """A device's peak memory running `order` (a device runs one task at a time, so its memory
-    is the running sum; releases come at task ends, before the next task's allocation: rule 4)."""
-    level: Number = 0
-    peak: Number = 0
-    for b, _ in order:
-        mem = p.by_id[b].memory
-        level += mem
-        if mem > 0 and level > peak:
-            peak = level
-    return peak
