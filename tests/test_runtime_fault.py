@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import time
 from typing import Any
 
@@ -92,7 +93,8 @@ def test_bad_input_shape_names_the_first_block() -> None:
     first = msg.splitlines()[0]
     assert first.startswith("rank 0: shape pass, instruction 0 (forward f0#0) failed: RuntimeError:"), first
     assert "shapes cannot be multiplied" in first
-    assert all(f"rank {r} stopped at shape pass" in msg for r in (1, 2, 3)), msg
+    # a rank slower to start (a loaded machine) is stopped before its shape pass: either stage is true
+    assert all(re.search(f"rank {r} stopped at (shape pass|start-up)", msg) for r in (1, 2, 3)), msg
     assert "imed out" not in msg, msg
 
 
