@@ -64,7 +64,7 @@ from .interleaved import interleaved, interleaved_fits, interleaved_zb, interlea
 from .shapes import FORWARD_PHASE, BaselineError, Chain, chain, check_phases, components, one_f_one_b, single_chain
 from .torch_orders import TORCH, torch_chain, torch_orders
 from .vmem import vmem_starts
-from .zbv_hand import zbv_hand_orders
+from .zbv_hand import zbv_hand_starts
 from .zero_bubble import Plan, zero_bubble_starts
 
 Limit = Number | Sequence[Number] | None
@@ -356,7 +356,7 @@ def _zero_bubble(chain: Callable[[Placement, str], Chain], budget: Callable[[int
 
 
 def _zbv_hand(p: Placement, n: int, limit: Limit) -> Starts:
-    return earliest_starts(p, n, zbv_hand_orders(p, _v_chain(p, "zb-v-hand"), n))
+    return zbv_hand_starts(p, _v_chain(p, "zb-v-hand"), n)
 
 
 def _vmem(p: Placement, n: int, limit: Limit) -> Starts:

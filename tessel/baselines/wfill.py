@@ -26,9 +26,12 @@ LOOKAHEAD = 4  # places on in its device's order a ready task may come from
 
 class _Walk:
     def __init__(self, p: Placement, orders: Sequence[Sequence[Key]], weight: dict[str, str],
-                 limit: Sequence[Number] | None, cutoff: Number) -> None:
-        self.p, self.weight, self.cutoff = p, weight, cutoff
+                 limit: Sequence[Number] | None, cutoff: Number, reorder: bool) -> None:
+        self.p, self.weight, self.cutoff, self.reorder = p, weight, cutoff, reorder
         self.orders = [list(o) for o in orders]  # a ready task may move up its device's order
+        # W passes the orders list stay where they are; only the others are filled in
+        late = set(weight.values())
+        self.listed = {k for o in orders for k in o if k[0] in late}
         self.cap = list(limit) if limit is not None else [float("inf")] * p.devices
         self.dev = {b.id: b.devices[0] for b in p.blocks}
         self.rank = {b: i for i, b in enumerate(p.topo_order)}
@@ -40,8 +43,12 @@ class _Walk:
         self.end: dict[Key, Number] = {}
         self.parked: set[int] = set()
         # each device's work not yet placed: its end is at least its time plus this
-        self.work = [sum(p.by_id[b].duration + (p.by_id[weight[b]].duration if b in weight else 0) for b, _ in o)
-                     for o in orders]
+        self.work = [sum(p.by_id[b].duration + (p.by_id[weight[b]].duration if self._spawns(b, m) else 0)
+                         for b, m in o) for o in orders]
+
+    def _spawns(self, b: str, m: int) -> bool:
+        """Whether (b, m) is a B whose W is left to the walk."""
+        return b in self.weight and (self.weight[b], m) not in self.listed
 
     def _put(self, d: int, key: Key, t: Number) -> None:
         b, m = key
@@ -55,7 +62,7 @@ class _Walk:
         self.work[d] -= blk.duration
         self.mem[d] += blk.memory
         self.parked.clear()
-        if b in self.weight:
+        if self._spawns(b, m):
             self.pending[d].append((self.weight[b], m))
 
     def _ready(self, b: str, m: int) -> tuple[Number, bool]:
@@ -103,11 +110,13 @@ class _Walk:
         if wait and blk.memory > 0 and self.mem[d] + blk.memory > self.cap[d] + EPS:
             return self._put(d, wait.popleft(), t)  # the forward needs the memory a W frees
         r, known = self._ready(b, m)
-        jump = self._nearer_loss(d, t) if known and r <= t + EPS and blk.memory > 0 else None
+        near = self.reorder and known and r <= t + EPS and blk.memory > 0
+        jump = self._nearer_loss(d, t) if near else None
         if known and r <= t + EPS and jump is None:
             self.pos[d] += 1
             return self._put(d, (b, m), t)
-        jump = jump if jump is not None else self._ready_later(d, t)
+        if jump is None and self.reorder:
+            jump = self._ready_later(d, t)
         if jump is not None:
             i = self.pos[d]
             order[i:jump + 1] = [order[jump], *order[i:jump]]
@@ -135,7 +144,9 @@ class _Walk:
 
 
 def fill_weights(p: Placement, orders: Sequence[Sequence[Key]], weight: dict[str, str],
-                 limit: Sequence[Number] | None, cutoff: Number = math.inf) -> dict[Key, Number] | None:
-    """Start times of the F/B `orders` (W passes left out) with each device's W passes filled
-    in; None as soon as the makespan is sure to exceed `cutoff`."""
-    return _Walk(p, orders, weight, limit, cutoff).run()
+                 limit: Sequence[Number] | None, cutoff: Number = math.inf,
+                 reorder: bool = True) -> dict[Key, Number] | None:
+    """Start times of the F/B `orders` with each device's W passes that the orders leave out
+    filled in (a W the orders list runs where it is); None as soon as the makespan is sure to
+    exceed `cutoff`. Without `reorder`, every device runs its order as given (W passes aside)."""
+    return _Walk(p, orders, weight, limit, cutoff, reorder).run()
