@@ -13,6 +13,7 @@ from typing import Any
 from . import bounds
 from . import placement as _doc
 from .bulk import paused_gc
+from .dust import settle
 from .errors import LimitError, PlacementError, ScheduleError, quote
 from .io import atomic_write, read_document
 from .numeric import EPS as EPS
@@ -402,14 +403,11 @@ def _with_claimed_repetend(s: Schedule, rep: Any, source: str) -> Schedule:
                             f"0 <= start <= end <= {MAX_VALUE:g}, got {quote(values)}")
     claimed = replace(s, repetend=Repetend(*values))
     why = _repetend_doubt(claimed)
-    if why is None:
-        return claimed
-    return s.with_meta(repetend_claim=f"ignored: {why}")
+    return claimed if why is None else s.with_meta(repetend_claim=f"ignored: {why}")
 
 
 def _repetend_doubt(s: Schedule) -> str | None:
-    """Why the schedule's repetend is not what it claims to be, or None when it holds: the
-    schedule is valid and unrolling it by one more period gives a valid schedule."""
+    """Why the repetend is not what it claims, or None: valid, and valid unrolled one period more."""
     if s.violations(1):
         return "the schedule is invalid"
     kernel = s.kernel()
@@ -444,7 +442,9 @@ def unroll(s: Schedule, micro_batches: int, check: bool = True) -> Schedule:
                 starts[(t.block, t.micro_batch + j * shift)] = t.start + j * rep.period
         else:
             starts[(t.block, t.micro_batch + (reps - 1) * shift)] = t.start + (reps - 1) * rep.period
-    repetend = rep if reps > 0 else None
     meta = {**s.meta, "unrolled_from": s.micro_batches}
-    return Schedule.build(s.placement, micro_batches, starts, s.memory_limit, repetend, meta, check)
+    out = Schedule.build(s.placement, micro_batches, starts, s.memory_limit, rep if reps > 0 else None, meta, False)
+    if moved := settle(s.placement, out.tasks):  # a shifted release ends a hair after what follows (tessel.dust)
+        out = Schedule.build(s.placement, micro_batches, {**out.start, **moved}, s.memory_limit, out.repetend, meta, False)
+    return out.validate() if check else out
 
