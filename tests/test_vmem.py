@@ -8,7 +8,7 @@ import pytest
 from shared_files import checker_verdict
 
 from tessel import library
-from tessel.baselines import BASELINES, BaselineError, raced, run_baseline, why_not
+from tessel.baselines import BASELINES, BaselineError, futile, raced, run_baseline, why_not
 from tessel.placement import Placement
 from tessel.schedule import ScheduleError
 from tessel.search import search
@@ -78,3 +78,17 @@ def test_search_under_v_half_memory_is_at_most_v_mem() -> None:
     s = search(z, 8, memory=6, time_limit=4)
     assert s.errors() == [] and max(s.peak_memory) <= 6
     assert s.makespan <= run_baseline("v-mem", z, 8, 6, repetend=False).makespan + 1e-9
+
+
+@pytest.mark.parametrize("p, n", [(4, 8), (6, 12)])
+def test_v_mem_is_not_raced_where_zb_v_hand_fits_and_is_shorter(p: int, n: int) -> None:
+    # the race's guard: at 1F1B's memory (2p chunk activations) and above, zb-v-hand fits and
+    # v-mem is never shorter than it (the guard's claim, checked here against v-mem built anyway)
+    z = profiled(p)
+    for lim in (2 * p, 2 * p + 1, None):
+        assert futile("v-mem", z, n, lim) is not None
+        hand = run_baseline("zb-v-hand", z, n, lim, repetend=False)
+        assert hand.errors() == [] and max(hand.peak_memory) <= (lim or 2 * p)
+        assert hand.makespan <= run_baseline("v-mem", z, n, lim, repetend=False).makespan
+    for lim in (4, 2 * p - 1):  # below it v-mem races
+        assert futile("v-mem", z, n, lim) is None

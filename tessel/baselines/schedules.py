@@ -63,7 +63,7 @@ from .engine import Pool, Pools, backward_first, list_schedule, memory_need, one
 from .interleaved import interleaved, interleaved_fits, interleaved_zb, interleaved_zb_fits
 from .shapes import FORWARD_PHASE, BaselineError, Chain, chain, check_phases, components, one_f_one_b, single_chain
 from .torch_orders import TORCH, torch_chain, torch_orders
-from .vmem import vmem_starts
+from .vmem import vmem_futile, vmem_starts
 from .zbv_hand import zbv_hand_starts
 from .zero_bubble import Plan, zero_bubble_starts
 
@@ -86,6 +86,9 @@ class Baseline:
     # its per-device orders before timing, where they are in closed form (else None): memory
     # depends on them alone, so a race refuses one over the limit without building it
     orders: Callable[[Placement, int], list[list[Key]] | None] = lambda p, n: None
+    # why racing it under this limit is pointless (another raced baseline is known to be at least
+    # as short there), or None: the race skips it without building it
+    futile: Callable[[Placement, int, Limit], str | None] = lambda p, n, limit: None
 
 
 def _is_forward(p: Placement, b: str) -> bool:
@@ -367,6 +370,10 @@ def _vmem(p: Placement, n: int, limit: Limit) -> Starts:
         raise BaselineError(f"v-mem: {e} (memory {max(lim) if lim else 0:g} per device)") from None
 
 
+def _vmem_futile(p: Placement, n: int, limit: Limit) -> str | None:
+    return vmem_futile(p, _v_chain(p, "v-mem"), n, normalise_limit(limit, p.devices))
+
+
 def _dualpipev_fits(p: Placement, method: str = "dualpipev") -> None:
     _v_chain(p, method)
 
@@ -412,7 +419,7 @@ REGISTRY: dict[str, Baseline] = {
     # one takes the next colour and leaves the others theirs (the race still runs greedy last)
     "interleaved-zb-h1": Baseline(interleaved_zb_fits, interleaved_zb, lambda p: (p.devices,)),
     # a grid of blocks timed: linear in the tasks, but not cheap enough to race at any size; no
-    # repetend (its unroll shifts starts by a fractional period, and the float dust of a shifted
-    # allocation can land a hair before the release it follows: over the limit by rule 4)
-    "v-mem": Baseline(lambda p: _dualpipev_fits(p, "v-mem"), _vmem),
+    # repetend: its unroll holds now (tessel.dust), but finding one takes two or more builds of
+    # the whole grid (0.2-2 s each at p = 4-8), paid by every search that races it on the grid
+    "v-mem": Baseline(lambda p: _dualpipev_fits(p, "v-mem"), _vmem, futile=_vmem_futile),
 }

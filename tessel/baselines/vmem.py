@@ -42,6 +42,7 @@ from ..schedule import EPS
 from ..timing import order_peak
 from .shapes import BaselineError, Chain
 from .wfill import fill_weights
+from .zbv_hand import zbv_hand_orders
 
 INTERVAL = 6  # slots per micro-batch per device: F, B and W of two chunks
 KEEP = 4  # blocks timed over every micro-batch, the best over a few
@@ -217,3 +218,15 @@ def vmem_starts(p: Placement, c: Chain, n: int, limit: Sequence[Number] | None) 
     if not tried:
         raise BaselineError("no block of the family fits the memory limit")
     return tried[0][2]
+
+
+def vmem_futile(p: Placement, c: Chain, n: int, limit: Sequence[Number] | None) -> str | None:
+    """Why racing v-mem is pointless under `limit`, or None: where ZB-V's hand-made orders fit
+    (1F1B's 2p chunk activations or more), the family keeps ZB-V's warm-up whole and its blocks
+    only hold activations longer; measured at p = 4, 6, 8, m = 2p..4p, unit and profiled costs,
+    latency or not, limits 2p and 2p + 1: never shorter than the best of zb-v-hand, zb-v and
+    dualpipev (bench/results/peers-v*.md), and 0.2-2 s a build. The check: the orders' peaks."""
+    hand = zbv_hand_orders(p, c, n)
+    if limit is None or all(order_peak(p, o) <= cap + EPS for o, cap in zip(hand, limit)):
+        return "zb-v-hand fits this limit, where v-mem was never shorter"
+    return None

@@ -12,7 +12,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 
-from ...baselines import BaselineError, orders, raced, run_baseline
+from ...baselines import BaselineError, futile, orders, raced, run_baseline
 from ...numeric import EPS
 from ...placement import Number, Placement
 from ...schedule import ScheduleError, normalise_limit
@@ -68,7 +68,7 @@ def race(state: State, clock: Clock, share: float | None = 1.0) -> None:
             log.info("baseline %s skipped: about %.1fs, over the race's share", name, per_baseline)
             continue
         t1 = time.process_time()  # CPU, not wall: a loaded machine makes no baseline more work
-        if (why := over_limit(name, p, n, state.problem.real_limit())) is not None:
+        if (why := over_limit(name, p, n, state.problem.real_limit()) or futile(name, p, n, state.problem.real_limit())):
             log.info("baseline %s not a candidate: %s", name, why)
             continue
         try:  # without its repetend: a few times cheaper; found later if this one wins
