@@ -2,13 +2,15 @@
 
 Rule 4 orders a device's memory events by their exact times (releases first only at equal
 times). Start times computed by adding costs keep that order because a task that follows a
-release starts at the very float the release's end is computed as. A schedule whose starts are
-shifted (`Schedule.unroll` adds j periods to the repetend's tasks, and the cool-down's) breaks
-that: `(s + jP) + d` and the float the follower was shifted to can differ in the last bit, and an
-allocation then sorts a hair before the release it follows (over the limit by one activation).
+release starts at the very float the release's end is computed as. Two things break that: a
+schedule whose starts are shifted (`Schedule.unroll` adds j periods to the repetend's tasks and
+the cool-down's: `(s + jP) + d` and the float the follower was shifted to can differ in the last
+bit), and Schedule.build's snap of a start next to an integer (a W at 26.99999999999999 stored
+as 27 ends at 27.252, after the forward timed to start at 26.99999999999999 + 0.252). An
+allocation then sorts a hair before the release it follows: over the limit by one activation.
 `settle` moves each such release down by that hair (less than EPS, within rules 2 and 3's
-tolerance), to the latest float that ends at or before the allocation, so the events' order is the
-one the unshifted schedule had.
+tolerance), to the latest float that ends at or before the allocation, or, where snap would undo
+that, the allocation up to the release's end: the events' order is the one the timing meant.
 """
 from __future__ import annotations
 

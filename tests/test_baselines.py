@@ -138,6 +138,18 @@ def test_zb_v_hand_fills_its_cool_down_with_real_costs_and_latency(p: int, n: in
     assert s.makespan < plain.makespan - 0.003
 
 
+def test_a_baseline_keeps_its_orders_memory_when_a_start_snaps_to_an_integer() -> None:
+    # zb-v-hand on the profiled V at p = 4, m = 16, latency 0.032: a W timed at 26.99999999999999
+    # was stored as 27 and ended after the forward timed right behind it, 9 activations by rule 4
+    # where its order holds 8 (2p), and it was refused under 8 (tessel/dust.py)
+    from tessel.timing import order_peak
+    z = library.zbv(4, forward=0.5, backward=0.488, weight=0.252, latency=0.032)
+    s = check(BASELINES["zb-v-hand"](z, 16, 8), "zb-v-hand")
+    assert s.peak_memory == (8,) * 4 == tuple(order_peak(z, [(t.block, t.micro_batch) for t in o])
+                                             for o in s.device_orders())
+    assert s.makespan < 41.708  # ZB's automatic V scheduler under the same memory (bench/results/peers-v.md)
+
+
 @FEW
 @given(p=st.integers(1, 5), v=st.integers(2, 3), groups=st.integers(1, 3), f=st.integers(1, 3),
        b=st.integers(1, 3), w=st.integers(1, 3))
