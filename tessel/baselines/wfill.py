@@ -26,8 +26,8 @@ LOOKAHEAD = 4  # places on in its device's order a ready task may come from
 
 class _Walk:
     def __init__(self, p: Placement, orders: Sequence[Sequence[Key]], weight: dict[str, str],
-                 limit: Sequence[Number] | None, cutoff: Number, reorder: bool) -> None:
-        self.p, self.weight, self.cutoff, self.reorder = p, weight, cutoff, reorder
+                 limit: Sequence[Number] | None, cutoff: Number, reorder: bool, slack: float = 0.0) -> None:
+        self.p, self.weight, self.cutoff, self.reorder, self.slack = p, weight, cutoff, reorder, slack
         self.orders = [list(o) for o in orders]  # a ready task may move up its device's order
         # W passes the orders list stay where they are; only the others are filled in
         late = set(weight.values())
@@ -122,7 +122,7 @@ class _Walk:
             order[i:jump + 1] = [order[jump], *order[i:jump]]
             self.pos[d] += 1
             return self._put(d, order[i], t)
-        if wait and t + self.p.by_id[wait[0][0]].duration <= r + EPS:
+        if wait and t + self.p.by_id[wait[0][0]].duration * (1 - self.slack) <= r + EPS:
             return self._put(d, wait.popleft(), t)
         if r > t + EPS:
             self.cur[d] = r
@@ -145,8 +145,10 @@ class _Walk:
 
 def fill_weights(p: Placement, orders: Sequence[Sequence[Key]], weight: dict[str, str],
                  limit: Sequence[Number] | None, cutoff: Number = math.inf,
-                 reorder: bool = True) -> dict[Key, Number] | None:
+                 reorder: bool = True, slack: float = 0.0) -> dict[Key, Number] | None:
     """Start times of the F/B `orders` with each device's W passes that the orders leave out
     filled in (a W the orders list runs where it is); None as soon as the makespan is sure to
-    exceed `cutoff`. Without `reorder`, every device runs its order as given (W passes aside)."""
-    return _Walk(p, orders, weight, limit, cutoff, reorder).run()
+    exceed `cutoff`. Without `reorder`, every device runs its order as given (W passes aside).
+    A pending W fills a wait that is at least (1 - `slack`) of its length (0: only where it
+    delays nothing; 0.5: it may delay the next task by up to half its length)."""
+    return _Walk(p, orders, weight, limit, cutoff, reorder, slack).run()
