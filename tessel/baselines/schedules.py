@@ -31,7 +31,8 @@ How far they reach:
   warm-up, then F B per step with stage i keeping i weight passes back to fill the cool-down
   (peak memory p on every stage, 1F1B's peak).
 - `zb-v-hand`: ZB-V's published hand-made schedule (tessel.baselines.zbv_hand; torch's
-  ScheduleZBVZeroBubble runs it too). Memory: 2p chunk activations per device, 1F1B's.
+  ScheduleZBVZeroBubble runs it too), its cool-down's W passes also filled into the bubbles (the
+  shorter timing kept). Memory: 2p chunk activations per device, 1F1B's.
 - `dualpipev`: DeepSeek's DualPipeV on the V (`zbv`): each overlapped F&B pair run back to back
   (tessel.baselines.dualpipe); micro-batches at least the V's 2p stages. Memory: 2p + 1 chunk
   activations per device.
@@ -40,7 +41,7 @@ How far they reach:
   gaps inside the block and ZB-V's warm-up cut to the limit, the W passes placed as the orders
   are timed (tessel.baselines.wfill); the shortest block that fits. Limits from 4 chunk
   activations per device up (measured at p = 4 and 6, where V-Min's are 4 and 6), 1F1B's 2p
-  included; refused below.
+  included; refused below. Not raced where zb-v-hand fits (never shorter there: `futile`).
 - `torch-zbv`, `torch-dualpipev`, `torch-interleaved-1f1b`, `torch-interleaved-zb`: the orders
   of torch.distributed.pipelining's own generators (tessel.baselines.torch_orders) on the
   placement of their shape (`zbv`; `interleaved`, whose split form `interleaved-zb` the last one
