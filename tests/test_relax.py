@@ -79,12 +79,13 @@ def test_the_tip_of_a_v_idles_while_its_first_round_trip_comes_back() -> None:
     # the tip runs two micro-batches' forwards, then waits for the first one's backward to come
     # back through the other device, and the last ones' round trips leave it idle at the end;
     # the preemptive bound runs the waiting work in pieces around the waits (30; 29 with the
-    # device term of the staggered releases from the first releases only)
+    # device term of the staggered releases from the first releases only; 31 with the memory
+    # ramp of holds.ramp_bound, which sees the first wait but not the ones after it)
     v = library.zbv(2, forward=1, backward=1, weight=1, latency=2)
     got = _check(v, 4, 4)
     assert got is not None
     opt, device, relaxed = got
-    assert device == 30 < relaxed == opt == 35
+    assert device == 31 < relaxed == opt == 35
 
 
 @pytest.mark.slow
