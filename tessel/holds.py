@@ -1,6 +1,8 @@
 """How long a micro-batch holds memory on a device: the least time from the start of an
 allocating block to the end of its releasing one (Little's law in bounds.memory_lower_bound and
-Problem.memory_period_bound), exact while longest paths are cheap, a path below it above that."""
+Problem.memory_period_bound), exact while longest paths are cheap, a path below it above that;
+and how much of a device's work the memory lets start before a time (ramp_bound, in
+bounds.device_bounds)."""
 from __future__ import annotations
 
 import math
