@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from . import graph
-from .holds import holds_of
+from .holds import holds_of, ramp_bound
 from .numeric import EPS
 from .placement import Number, Placement
 
@@ -405,7 +405,7 @@ def one_machine_bound(jobs: Sequence[tuple[Number, Number, Number]]) -> Number:
 
 
 def device_lower_bound(p: Placement, micro_batches: int, memory: Memory | None = None,
-                       term_work: int = DEVICE_TERM_WORK) -> Number:
+                       term_work: int = DEVICE_TERM_WORK, ramp: bool = True) -> Number:
     """max over devices of the one-machine bound of its N x blocks tasks, each task with its own
     release and tail (staggered_releases / staggered_tails: the k-th task of a block to start
     is the (N-1-k)-th last to end, as a block's tasks on a device run one after another).
@@ -419,20 +419,26 @@ def device_lower_bound(p: Placement, micro_batches: int, memory: Memory | None =
     device's work, and the part after the wait cannot start before it; with a memory limit,
     a device can start only so many micro-batches before the releases of the first round trip
     come back. Above STAGGER_TASKS (task, device) pairs, a block's tasks share its head and tail."""
-    return max(device_bounds(p, micro_batches, memory, term_work=term_work).values(), default=0)
+    return max(device_bounds(p, micro_batches, memory, term_work=term_work, ramp=ramp).values(), default=0)
 
 
 def device_bounds(p: Placement, micro_batches: int, memory: Memory | None = None,
-                  rows: tuple[Rows, Rows] | None = None, term_work: int = DEVICE_TERM_WORK) -> dict[int, Number]:
-    """device_lower_bound's one-machine bound of each device with blocks; `rows`: the
-    staggered releases and tails when already worked out."""
+                  rows: tuple[Rows, Rows] | None = None, term_work: int = DEVICE_TERM_WORK,
+                  ramp: bool = True) -> dict[int, Number]:
+    """device_lower_bound's one-machine bound of each device with blocks, and with `memory` and
+    `ramp` the memory ramp's (holds.ramp_bound) where higher; `rows`: the staggered releases and
+    tails when already worked out."""
     n = micro_batches
     pairs = n * sum(len(b.devices) for b in p.blocks)
+    ramps: dict[int, Number] = {}
     if pairs <= STAGGER_TASKS:
         r, q = rows or (staggered_releases(p, n, memory, term_work), staggered_tails(p, n, memory, term_work))
         jobs_of = {b.id: _grouped(r[b.id], b.duration, q[b.id][::-1]) for b in p.blocks}
+        ramps = {d: max(ramp_bound(p.blocks_on(d), r, limit, holds),  # the idle at the start, then at the end
+                        ramp_bound(p.blocks_on(d), q, limit, [(rel, a, x) for a, rel, x in holds]))
+                 for d, (limit, holds) in (memory or {}).items() if ramp and p.blocks_on(d)}
     else:
         pt = paths(p)
         jobs_of = {b.id: [(pt.earliest[b.id], n * b.duration, pt.tail[b.id] - b.duration)] for b in p.blocks}
-    return {d: one_machine_bound([j for b in p.blocks_on(d) for j in jobs_of[b.id]])
+    return {d: max(one_machine_bound([j for b in p.blocks_on(d) for j in jobs_of[b.id]]), ramps.get(d, 0))
             for d in range(p.devices) if p.blocks_on(d)}

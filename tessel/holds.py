@@ -1,11 +1,17 @@
 """How long a micro-batch holds memory on a device: the least time from the start of an
 allocating block to the end of its releasing one (Little's law in bounds.memory_lower_bound and
-Problem.memory_period_bound), exact while longest paths are cheap, a path below it above that."""
+Problem.memory_period_bound), exact while longest paths are cheap, a path below it above that;
+and how much of a device's work the memory lets start before a time (ramp_bound, in
+bounds.device_bounds)."""
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
-from .placement import Number, Placement
+import numpy as np
+
+from .placement import Block, Number, Placement
 
 
 def hold_time(p: Placement, first: str, last: str) -> Number:
@@ -68,3 +74,64 @@ def chain_hold(p: Placement) -> Callable[[str, str], Number]:
         path = prefix[j] - prefix[i] if run[j] <= i else min(gap(a, y) for y in p.succs[a])
         return path + p.by_id[r].duration
     return hold
+
+
+# ---- the memory ramp: how much of a device's work fits before a time ---------------------------
+Hold = tuple[str, str, Number]  # (allocating block, releasing block, amount) of one micro-batch
+Vec = np.ndarray[Any, np.dtype[np.float64]]
+
+
+def ramp_bound(on: Sequence[Block], rows: Mapping[str, Sequence[float] | Vec], limit: Number,
+               holds: Sequence[Hold]) -> float:
+    """A least makespan of one device by the work that fits before a time R: every schedule does
+    the device's whole work W, and before R at most what (a) the tasks whose least start (`rows`:
+    per block, its k-th task's in time order, rising with k) is below R can do, started as soon
+    as they may (no schedule does more by R), and (b) of the tasks that allocate, no more than
+    the memory lets start: their amounts, summed, fit in `limit` plus what the releases whose
+    least end is by R can have given back (rule 4 just before the last such start; a fractional
+    knapsack over the allocating blocks, above any real choice). So the makespan is at least
+    R + W - (that work), for every R (each distinct least start). Where the first backward of a
+    V comes back late (latency) and the memory caps the forwards, the device idles before it
+    whatever the order, which the preemptive one-machine bound (any released forward may fill
+    the wait there) does not see. Read backwards in time (tails for releases, each hold's
+    release for its allocation) the same argument bounds the idle at the end."""
+    alloc: dict[str, float] = {}
+    free: dict[str, float] = {}
+    for a, r, x in holds:
+        alloc[a] = alloc.get(a, 0.0) + float(x)
+        free[r] = free.get(r, 0.0) + float(x)
+    ids = [b.id for b in on]
+    dur = {b.id: float(b.duration) for b in on}
+    rel = np.concatenate([np.asarray(rows[b], dtype=np.float64) for b in ids])
+    order = np.argsort(rel, kind="stable")
+    rel = rel[order]
+    d = np.concatenate([np.full(len(rows[b]), dur[b]) for b in ids])[order]
+    plain = np.concatenate([np.full(len(rows[b]), b not in alloc) for b in ids])[order]
+    last = np.flatnonzero(rel[1:] > rel[:-1])  # a prefix ends there; the next least start is R
+    if not len(last):
+        return 0.0
+    at = rel[last + 1]
+    done = _asap(rel, d, at, last)
+    fits = _asap(np.where(plain, rel, -np.inf), np.where(plain, d, 0.0), at, last)
+    budget = np.full(len(at), float(limit))
+    for r, x in free.items():
+        if r in dur:
+            budget += x * np.searchsorted(np.asarray(rows[r], dtype=np.float64) + dur[r], at, side="right")
+    for a in sorted((a for a in alloc if a in dur), key=lambda a: (-dur[a] / alloc[a] if alloc[a] > 0 else -math.inf, a)):
+        count = np.searchsorted(np.asarray(rows[a], dtype=np.float64), at, side="left").astype(np.float64)
+        take = count if alloc[a] <= 0 else np.minimum(count, np.maximum(budget, 0.0) / alloc[a])
+        fits += take * dur[a]
+        budget -= take * max(alloc[a], 0.0)
+    total = float(d.sum())
+    return float(np.max(at + total - np.minimum(done, fits)))
+
+
+def _asap(rel: Vec, d: Vec, at: Vec, last: np.ndarray[Any, np.dtype[np.intp]]) -> Vec:
+    """Per prefix of the tasks (least starts `rel`, sorted; durations `d`) ending at `last`, the
+    work done by `at` when each starts as soon as it may in that order: a task's end is
+    max over j <= i of rel[j] + d[j] + ... + d[i] (a zero duration adds nothing)."""
+    s = np.cumsum(d)
+    end = s + np.maximum.accumulate(np.where(d > 0, rel - (s - d), -np.inf))
+    end = np.where(np.isfinite(end), end, 0.0)
+    out: Vec = s[last] - np.maximum(0.0, end[last] - at)
+    return out

@@ -112,8 +112,9 @@ def test_the_device_term_with_memory_delayed_releases_is_tighter_and_below_the_o
     got = _optimum(p, n, memory)
     assert got is not None
     opt, _, new = got
-    before = bounds.device_lower_bound(p, n, make_problem(p, memory).real_holds(), term_work=0)  # first releases only
-    assert before < new <= opt
+    holds = make_problem(p, memory).real_holds()
+    before = bounds.device_lower_bound(p, n, holds, term_work=0, ramp=False)  # first releases only
+    assert before < bounds.device_lower_bound(p, n, holds, ramp=False) <= new <= opt
 
 
 def test_the_search_proves_its_zero_bubble_schedule_optimal_with_latency(tmp_path: Path) -> None:
@@ -147,3 +148,39 @@ def test_the_chain_hold_is_a_path_so_never_above_the_longest(name: str) -> None:
     # below HOLD_WORK every pair's hold is the longest path, its lookups done once: the same numbers
     longest = holds.holds_of(p, len(pairs))
     assert [longest(a, r) for a, r in pairs] == [holds.hold_time(p, a, r) for a, r in pairs]
+
+
+def test_the_memory_ramp_is_below_the_exact_optimum_on_random_placements() -> None:
+    """holds.ramp_bound (in the device bound with memory): below the exact optimum on random
+    placements with latency and memory limits, and above the bound without it on the seeds
+    where the memory holds back forwards that the preemptive bound lets fill a wait."""
+    proven, higher = 0, 0
+    for seed in [*range(30), 110, 262]:
+        p, n, memory = _tiny(seed)
+        if memory is None:
+            continue
+        got = _optimum(p, n, memory)
+        if got is None:
+            continue
+        opt, _, new = got
+        plain = bounds.device_lower_bound(p, n, make_problem(p, memory).real_holds(), ramp=False)
+        assert plain <= new <= opt + 1e-9, (seed, opt, plain, new)
+        proven += 1
+        higher += new > plain + 1e-9
+    assert proven >= 15 and higher >= 3, (proven, higher)
+
+
+def test_the_memory_ramp_proves_the_tip_of_a_v_idles_until_its_first_backward(tmp_path: Path) -> None:
+    # bench/results/peers-mem1.md's zbv row p = 16, m = 64, unit costs (chunks 0.5), latency 0.5,
+    # 1 M_B (32 chunk activations a device): the tip starts at 15 and its first backward comes
+    # back at 46; before it only forwards can run, and the memory lets 32 of them start (16 time
+    # units), so it idles 15 whatever the order: 46 + 192 - 16 = 222. The preemptive bound lets
+    # later forwards fill the wait (213.5). Any valid schedule is at least as long
+    v = library.zbv(16, forward=0.5, backward=0.5, weight=0.5, latency=0.5)
+    memory = make_problem(v, 32).real_holds()
+    assert bounds.device_lower_bound(v, 64, memory, ramp=False) == 213.5
+    assert bounds.device_lower_bound(v, 64, memory) == 222
+    s = search(v, 64, 32, mode="fast", time_limit=10)
+    s.save(tmp_path / "s.json")
+    checker_verdict(tmp_path / "s.json")
+    assert s.errors() == [] and s.makespan >= 222

@@ -39,7 +39,8 @@ def _check(p: Placement, n: int, memory: Number | tuple[Number, ...] | None) -> 
     if got is None:
         return None
     problem, opt = got
-    device = bounds.device_lower_bound(p, n, problem.real_holds() if memory is not None else None)
+    # the preemptive one-machine bound, without the memory ramp: the bound the relaxation refines
+    device = bounds.device_lower_bound(p, n, problem.real_holds() if memory is not None else None, ramp=False)
     relaxed = relaxed_bound(problem, n, upper=2 * opt + 10, work=2.0)
     assert relaxed <= opt + 1e-9, (p.name, n, memory, opt, relaxed)
     return opt, device, relaxed

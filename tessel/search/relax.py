@@ -100,7 +100,7 @@ def _order(p: Placement, n: int, rows: tuple[bounds.Rows, bounds.Rows], memory: 
     whose round trips split its work, and the first device of a loop, whose last backward comes
     back through all the others), the later first: only the order in which the budget is spent
     (every device's relaxation is a bound)."""
-    pre = bounds.device_bounds(p, n, memory, rows)
+    pre = bounds.device_bounds(p, n, memory, rows, ramp=False)  # the one-machine bound: where a device's tasks crowd
     small = [d for d in pre if n * len(p.blocks_on(d)) <= RELAX_TASKS]
     first = {d: min(float(rows[0][b.id][0]) for b in p.blocks_on(d)) for d in small}
     mid = (max(first.values(), default=0.0) + min(first.values(), default=0.0)) / 2
