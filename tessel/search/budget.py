@@ -65,6 +65,10 @@ class Stall:
     def times(self, k: float) -> Stall:
         return Stall(self.seconds * k, self.work * k)
 
+    def within(self, work: float) -> Stall:
+        """This stall with at most `work` deterministic seconds (what a budget of work has left)."""
+        return Stall(self.seconds, min(self.work, max(work, 0.0)))
+
 
 @dataclass(frozen=True)
 class Budget:
@@ -111,6 +115,12 @@ class Budget:
     order_work: int = 4_000_000  # ... at most
     order_stall: int = 150  # replays without a shorter makespan after which the walk stops
     patience: float = 4.0  # the second round of completion waits this many times longer for an improvement
+    # a completion's solves do at most this share of the search's limit (the limit given, not the time left) in
+    # deterministic work, at work_wall wall seconds per deterministic second: the same limit gives the same work,
+    # hence the same schedule, on a quiet and a loaded machine (the wall clock only cuts a solve that overruns)
+    completion_share: float = 0.5
+    work_wall: float = 10.0  # one worker's deterministic second took 7-35 s of wall on the completion models
+    # (zbv-4, profiled costs and latency, 2 shared cores at load 2-8)
     orders_share: float = 0.2  # of the limit kept from the passes before it for the order polish (passes/orders.py) ...
     orders_cap: float = 3.0  # ... seconds at most (its replay budget takes about that at 400 tasks)
     exact_hint_share: float = 0.3  # exact: the tessel schedule that hints the whole-problem solve
@@ -173,6 +183,11 @@ class Budget:
         """Whether `clock` holds building a model of `tasks` tasks (whole-problem; with `per`,
         seconds per unit of another model, e.g. model_per_block)."""
         return tasks * (self.model_per_task if per is None else per) < clock.left()
+
+    def completion_work(self, limit: float) -> float:
+        """Deterministic seconds of CP-SAT work one completion's solves may do in all, for a
+        search of `limit` seconds (unbounded when asked to prove)."""
+        return math.inf if self.prove else limit * self.completion_share / self.work_wall
 
     def stall(self, seconds: float) -> Stall:
         return Stall(seconds, seconds * self.stall_work)

@@ -15,6 +15,7 @@ and cool-down stays below the steady state's. Two moves then shorten it, each ke
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -26,10 +27,11 @@ from ..timing import earliest_starts, orders_from_starts
 from .budget import Clock, Stall
 from .modulo import Modulo
 from .problem import Problem
-from .solver import Expr, Model, SolveResult
+from .solver import Expr, Model, SolveResult, work_done
 
 log = logging.getLogger(__name__)
 Starts = Mapping[Key, int]
+MIN_WORK = 0.005  # deterministic seconds: a solve given less decides nothing
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,7 @@ class Completed:
     starts: dict[Key, int]
     statuses: tuple[str, ...]  # of every end solve, in order
     seconds: float
+    work: float = 0.0  # deterministic seconds of solver work its solves did
 
 
 def plain_unroll(mod: Modulo, micro_batches: int) -> dict[Key, int]:
@@ -54,24 +57,29 @@ def compact(problem: Problem, micro_batches: int, starts: Starts) -> dict[Key, i
 
 
 def complete(problem: Problem, starts: Starts, micro_batches: int, free: Sequence[int], clock: Clock,
-             workers: int | None, stall: Stall, lower_bound: int = 0, cap: float | None = None) -> Completed:
+             workers: int | None, stall: Stall, lower_bound: int = 0, cap: float | None = None,
+             work: float = math.inf) -> Completed:
     """Warm-up and cool-down solves with compaction, freeing each count of micro-batches in
     `free` in turn (small first: cheap, and usually most of the gain), until the lower bound.
-    Each solve stops on its `stall`, and after `cap` seconds at most (never the whole clock)."""
-    t0, n = time.perf_counter(), micro_batches
+    Each solve stops on its `stall`, and after `cap` seconds at most (never the whole clock);
+    all of them together do at most `work` deterministic seconds (one worker: the same on a
+    loaded machine, so only the clock's end can make two runs differ)."""
+    t0, w0, n = time.perf_counter(), work_done(), micro_batches
     best = compact(problem, n, starts)
     statuses: list[str] = []
     for k in free:
         for side, mbs in (("warmup", range(k)), ("cooldown", range(n - k, n))):
-            if clock.expired() or makespan(problem, best) <= lower_bound:
+            left = work - (work_done() - w0)
+            if clock.expired() or makespan(problem, best) <= lower_bound or left <= MIN_WORK:
                 break
             solve = _warmup if side == "warmup" else _cooldown
-            new, res = solve(problem, best, set(mbs), clock if cap is None else clock.within(cap), workers, stall)
+            new, res = solve(problem, best, set(mbs), clock if cap is None else clock.within(cap), workers,
+                             stall.within(left))
             statuses.append(res.status)
             new = compact(problem, n, new)
             if makespan(problem, new) <= makespan(problem, best):
                 best = new
-    return Completed(best, tuple(statuses), time.perf_counter() - t0)
+    return Completed(best, tuple(statuses), time.perf_counter() - t0, work_done() - w0)
 
 
 def add_tasks(m: Model, problem: Problem, free: Mapping[Key, tuple[int, int]], fixed: Starts,

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from ...key import Key
 from ...schedule import Schedule, ScheduleError
 from ..budget import Clock
-from ..completion import Completed, compact, complete, makespan, plain_unroll
+from ..completion import MIN_WORK, Completed, compact, complete, makespan, plain_unroll
 from ..kernel import kernel_starts
 from ..modulo import Modulo
 from ..problem import Problem
@@ -59,7 +59,7 @@ def deepest_repetend(state: State, clock: Clock) -> None:
 def completed(state: State, mod: Modulo, clock: Clock, phase: str = "completion") -> Schedule:
     """The repetend completed (warm-up and cool-down solves with a stall each, compaction) and
     unrolled to N; a round stopped on a stall goes again Budget.patience times more patiently
-    when the clock allows."""
+    while the solves' budget of deterministic work (Budget.completion_work) lasts."""
     p, n, b = state.problem, state.micro_batches, state.budget
     free, work = sizes(p, mod, n)
     stall = b.completion_stall(max(free, default=1), len(p.block_ids))
@@ -70,15 +70,17 @@ def completed(state: State, mod: Modulo, clock: Clock, phase: str = "completion"
     # the bound of a working N that is not N walks every device's tasks, seconds at 1,024 devices)
     bound = state.grid_bound(work) if free else 0
     cap = b.cap(stall, state.workers)
+    # the solves' work is set by the search's limit, not by the time left (which the load decides)
+    budget = b.completion_work(state.clock.limit)
     # no end to free (blocks over FREE_TASKS): the compacted unroll is the completion
-    done = complete(p, plain, work, free, clock, state.workers, stall, bound, cap) if free \
+    done = complete(p, plain, work, free, clock, state.workers, stall, bound, cap, budget) if free \
         else Completed(plain, (), 0.0)
     statuses = list(done.statuses)
     first = done.starts
-    if free and makespan(p, first) > bound and clock.left() > b.patience * stall.seconds * 2 * len(free):
-        # a solve stopped on a stall is at the mercy of the machine's load: go again, more patiently
+    if free and makespan(p, first) > bound and budget - done.work > MIN_WORK:
+        # a round stopped on its stalls: again, more patiently, on the work the budget has left
         done = complete(p, first, work, free, clock, state.workers, stall.times(b.patience), bound,
-                        cap * b.patience)
+                        cap * b.patience, budget - done.work)
         statuses += done.statuses
     state.statuses[phase] = statuses
     s = _own(state, mod, work, [done.starts, first, plain], raw)
