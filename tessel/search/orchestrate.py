@@ -39,6 +39,7 @@ from .passes.orders import orders
 from .passes.period import period_search, polish, retry
 from .passes.race import cheap, late, racing
 from .passes.rivals import completed_baseline
+from .passes.shapes import shapes
 from .passes.start import listed, start
 from .passes.whole import exact, hinted, whole
 from .polish import MOST_TASKS
@@ -96,6 +97,7 @@ TESSEL = (
     Pass("listed", listed),  # a repetend read off a list schedule: the period search's start when better
     Pass("repetend", period_search, lambda b: b.repetend_share),
     Pass("repetend", retry, lambda b: b.retry_share),  # the periods left undecided, more work each
+    Pass("shapes", shapes, lambda b: b.shapes_share),  # the repetend to complete: a construction when it completes shorter
     *COMPLETION,
 )
 PASSES: dict[str, tuple[Pass, ...]] = {
