@@ -94,7 +94,6 @@ class Budget:
     copies_share: float = 0.5  # of the period search's time left for patterns of several micro-batches
     retry_share: float = 0.4  # tessel: periods the period search left undecided, tried again with more work
     escalate: float = 4.0  # ... with this many times the repetend stall's work
-    shapes_share: float = 0.25  # tessel: quick completions choosing between the repetend and constructions at its period
     deep_share: float = 0.2  # the deepest repetend at the chosen period (the memory the limits leave)
     polish_share: float = 0.25  # fast: the solver polishing a construction that fits memory
     polish_cap: float = 10.0  # fast: seconds of that polish at most

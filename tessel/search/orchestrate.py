@@ -97,8 +97,9 @@ TESSEL = (
     Pass("listed", listed),  # a repetend read off a list schedule: the period search's start when better
     Pass("repetend", period_search, lambda b: b.repetend_share),
     Pass("repetend", retry, lambda b: b.retry_share),  # the periods left undecided, more work each
-    Pass("shapes", shapes, lambda b: b.shapes_share),  # the repetend to complete: a construction when it completes shorter
-    *COMPLETION,
+    *COMPLETION[:3],
+    Pass("shapes", shapes, rivals=True, settle=True),  # a construction at the period found, when it completes shorter
+    *COMPLETION[3:],
 )
 PASSES: dict[str, tuple[Pass, ...]] = {
     "tessel": TESSEL,
