@@ -8,7 +8,9 @@ the applicable baselines; every later pass only replaces it by a better one.
 tessel: the period search brackets between that repetend's period and the bound, from a repetend
         read off a list schedule when that one is better (passes/start.listed; periods left
         undecided are tried again with more work on the clock it left), then completion, and the
-        completed schedule and (few micro-batches) the plain unroll justified as fast's is.
+        completed schedule and (few micro-batches) the plain unroll justified as fast's is; a
+        construction at the period found completed too when a quick completion prefers it
+        (passes/shapes.py: the least span misleads on interleaved placements with latency).
 fast:   constructed repetend, the solver only polishes its span (stops when it stalls), the whole
         schedule justified backward and forward by list scheduling (justify.py), completion.
 exact:  the tessel schedule as a hint, then the whole N-micro-batch problem in one solve.
