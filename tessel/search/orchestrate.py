@@ -8,7 +8,9 @@ the applicable baselines; every later pass only replaces it by a better one.
 tessel: the period search brackets between that repetend's period and the bound, from a repetend
         read off a list schedule when that one is better (passes/start.listed; periods left
         undecided are tried again with more work on the clock it left), then completion, and the
-        completed schedule and (few micro-batches) the plain unroll justified as fast's is.
+        completed schedule and (few micro-batches) the plain unroll justified as fast's is; a
+        construction at the period found completed too when a quick completion prefers it
+        (passes/shapes.py: the least span misleads on interleaved placements with latency).
 fast:   constructed repetend, the solver only polishes its span (stops when it stalls), the whole
         schedule justified backward and forward by list scheduling (justify.py), completion.
 exact:  the tessel schedule as a hint, then the whole N-micro-batch problem in one solve.
@@ -39,6 +41,7 @@ from .passes.orders import orders
 from .passes.period import period_search, polish, retry
 from .passes.race import cheap, late, racing
 from .passes.rivals import completed_baseline
+from .passes.shapes import shapes
 from .passes.start import listed, start
 from .passes.whole import exact, hinted, whole
 from .polish import MOST_TASKS
@@ -96,7 +99,9 @@ TESSEL = (
     Pass("listed", listed),  # a repetend read off a list schedule: the period search's start when better
     Pass("repetend", period_search, lambda b: b.repetend_share),
     Pass("repetend", retry, lambda b: b.retry_share),  # the periods left undecided, more work each
-    *COMPLETION,
+    *COMPLETION[:3],
+    Pass("shapes", shapes, rivals=True, settle=True),  # a construction at the period found, when it completes shorter
+    *COMPLETION[3:],
 )
 PASSES: dict[str, tuple[Pass, ...]] = {
     "tessel": TESSEL,
