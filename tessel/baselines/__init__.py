@@ -21,8 +21,8 @@ from .repetend import detect, window_holds
 from .schedules import REGISTRY, Baseline, Limit
 from .shapes import BaselineError
 
-__all__ = ["BASELINES", "BaselineError", "applicable", "linear", "orders", "raced", "why_not", "run_baseline",
-           "with_repetend"]
+__all__ = ["BASELINES", "BaselineError", "applicable", "linear", "orders", "raced", "spared_by", "why_not",
+           "run_baseline", "with_repetend"]
 log = logging.getLogger(__name__)
 # the most tasks of the small schedules built to find a steady state
 DETECT_TASKS = 50_000
@@ -52,6 +52,11 @@ def raced(placement: Placement, linear_only: bool = False) -> list[str]:
 def linear(name: str, placement: Placement) -> bool:
     """Whether baseline `name` builds its schedule of this placement in time linear in the tasks."""
     return _get(name).linear(placement)
+
+
+def spared_by(name: str) -> tuple[str, ...]:
+    """The baselines that, when they fit the limit, spare the search racing baseline `name`."""
+    return _get(name).spared_by
 
 
 def orders(name: str, placement: Placement, micro_batches: int) -> list[list[Key]] | None:

@@ -12,7 +12,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 
-from ...baselines import BaselineError, orders, raced, run_baseline
+from ...baselines import BaselineError, linear, orders, raced, run_baseline, spared_by
 from ...numeric import EPS
 from ...placement import Number, Placement
 from ...schedule import ScheduleError, normalise_limit
@@ -49,21 +49,22 @@ def cheap(state: State) -> bool:
 
 
 def race(state: State, clock: Clock, share: float | None = 1.0) -> None:
-    """The applicable baselines on the real placement, greedy (the slowest) last, into
-    state.rivals, once. One that would take more than `share` of the clock left is skipped
-    (with no share, none is)."""
+    """The applicable baselines on the real placement, in `order`, into state.rivals, once. One
+    that would take more than `share` of the clock left is skipped (with no share, none is), and
+    so is one `spared` by a baseline that fit (v-mem where ZB-V's hand order or DualPipeV does)."""
     p, n = state.problem.placement, state.micro_batches
     tasks = n * len(p.blocks)
     if state.raced or not state.budget.race:
         return
     state.raced = True
     large = tasks > BASELINE_TASKS
-    names = sorted(raced(p, large), key=lambda x: x == "greedy")  # torch's generators only on request
-    if large:  # gpipe last: it holds all N micro-batches' activations, the first to miss a limit
-        names = sorted(names, key=lambda x: x == "gpipe")
+    names = order(p, raced(p, large), large)  # torch's generators only on request
     per_baseline = tasks * state.budget.baseline_per_task
     for name in names:
         fallback = large and not state.rivals  # the answer in hand, however short the clock
+        if spared(name, state):
+            log.info("baseline %s not raced: %s fit the limit", name, " or ".join(spared_by(name)))
+            continue
         if share is not None and per_baseline > clock.left() * share and not fallback:
             log.info("baseline %s skipped: about %.1fs, over the race's share", name, per_baseline)
             continue
@@ -78,6 +79,22 @@ def race(state: State, clock: Clock, share: float | None = 1.0) -> None:
         per_baseline = time.process_time() - t1
         if state.per_task is None and state.rivals:
             state.per_task = per_baseline / tasks
+
+
+def order(p: Placement, names: Sequence[str], large: bool) -> list[str]:
+    """The race's order: those built in linear time first (closed-form orders, timed once: the
+    cheapest, and each one's time is the estimate that may skip the next), greedy (the slowest)
+    last; above the race size (all linear) gpipe last: it holds all N micro-batches' activations,
+    the first to miss a limit."""
+    if large:
+        return sorted(names, key=lambda x: x == "gpipe")
+    return sorted(names, key=lambda x: (x == "greedy", not linear(x, p)))
+
+
+def spared(name: str, state: State) -> bool:
+    """A baseline for limits the ones that spare it cannot meet, when one of them did (raced before it)."""
+    ran = {str(s.meta.get("method")) for s in state.rivals}
+    return any(x in ran for x in spared_by(name))
 
 
 # ---- the memory pre-check ------------------------------------------------------------------
