@@ -21,6 +21,12 @@ memory, and who won. The full grid of the issue (p in {4, 6, 8, 16}, m in {2p, 3
 
     .venv/bin/python bench/vpeers.py --zb-repo PATH --p 4 6 8 16 --time-limit 20 -o bench/results/peers-v-full.md
 
+In pieces across sessions (--cache: each finished row is appended to the file with its inputs, a
+rerun skips the rows already there and renders the table from them; same file, any subset of the grid):
+
+    .venv/bin/python bench/vpeers.py --zb-repo PATH --p 16 --m 2 --time-limit 20 --cache p16.jsonl -o /tmp/p16.md
+    .venv/bin/python bench/vpeers.py --zb-repo PATH --p 16 --time-limit 20 --cache p16.jsonl -o bench/results/peers-v-p16.md
+
 A subset (what fits a shared machine):
 
     .venv/bin/python bench/vpeers.py --zb-repo PATH --p 4 --time-limit 5 -o bench/results/peers-v.md
@@ -30,9 +36,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
+import importlib.metadata
 import io
 import itertools
+import json
 import logging
+import os
 import platform
 import sys
 import time
@@ -45,7 +55,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from peers import PROFILED, load_peer  # noqa: E402  (bench/peers.py: the ZB repository's loader)
 
 from tessel import library  # noqa: E402
-from tessel.baselines import BASELINES, BaselineError  # noqa: E402
+from tessel.baselines import BaselineError, run_baseline  # noqa: E402
 from tessel.dust import settle  # noqa: E402
 from tessel.io import atomic_write  # noqa: E402
 from tessel.key import Key  # noqa: E402
@@ -147,7 +157,6 @@ def zb_auto(mods: dict[str, Any], cfg: Config, limit: int) -> Orders:
 def load(repo: str | None) -> dict[str, Any] | None:
     mods = load_peer(repo) if repo else None
     if mods is not None:
-        import importlib
         base = "megatron.core.pipeline_parallel.zerobubble.scheduler"
         for name in ("zbv_greedy", "v_auto_schedule"):
             mods[name] = importlib.import_module(f"{base}.{name}")
@@ -164,7 +173,7 @@ class Peer:
 def _torch(method: str) -> Callable[[dict[str, Any] | None, Config], Schedule]:
     def run(mods: dict[str, Any] | None, cfg: Config) -> Schedule:
         shape = "zbv" if method in ("torch-zbv", "torch-dualpipev") else "interleaved-zb"
-        return BASELINES[method](cfg.placement(shape), cfg.m, None)
+        return run_baseline(method, cfg.placement(shape), cfg.m, None, repetend=False)
     return run
 
 
@@ -204,39 +213,106 @@ def run_peer(peer: Peer, mods: dict[str, Any] | None, cfg: Config) -> Schedule |
         return f"x ({type(e).__name__})"
 
 
+# ---- the cache: each finished row appended with its inputs key, reused by a rerun -----------------
+class Cache:
+    """Finished records by their inputs key: a peers record per configuration and placement, a row
+    per memory row and time limit. With a path, each record is appended to a JSON-lines file as it
+    finishes (one write of one line) and a rerun reads them back instead of running them again, so
+    a grid too long for one session runs in pieces; a torn last line (a run killed mid-write) is
+    skipped. Without one (the default), it only holds this run's records."""
+
+    def __init__(self, path: str | None = None) -> None:
+        self.path = path
+        self.records: dict[str, Any] = {}
+        if path and os.path.exists(path):
+            with open(path, encoding="utf-8") as f:
+                for i, line in enumerate(f, 1):
+                    try:
+                        rec = json.loads(line)
+                        self.records[_key(rec["key"])] = rec["value"]
+                    except (ValueError, KeyError, TypeError):
+                        log.warning("%s line %d: not a record, skipped (a run stopped mid-write?)", path, i)
+
+    def get(self, key: dict[str, Any]) -> Any:
+        return self.records.get(_key(key))
+
+    def put(self, key: dict[str, Any], value: Any) -> Any:
+        self.records[_key(key)] = value
+        if self.path:
+            line = json.dumps({"key": key, "value": value}, sort_keys=True) + "\n"
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:  # one write of the whole line: a reader never sees half a record but a torn last one
+                os.write(fd, line.encode())
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        return value
+
+
+def _key(key: dict[str, Any]) -> str:
+    return json.dumps(key, sort_keys=True)
+
+
 # ---- one configuration: every peer, then tessel under each memory row -----------------------------
 def one_f_one_b_memory(p: Placement, m: int) -> tuple[Number, ...]:
-    return BASELINES["1f1b"](p, m, None).peak_memory
+    # without its repetend: the same orders and peaks, ten times faster at p = 16 (6 builds spared)
+    return run_baseline("1f1b", p, m, None, repetend=False).peak_memory
+
+
+def peer_records(cfg: Config, shape: str, mods: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """Each peer of `shape`: its makespan and per-device peak, or why not (`error`)."""
+    out = []
+    for peer in PEERS:
+        if peer.shape == shape:
+            s = run_peer(peer, mods, cfg)
+            out.append(dict(name=peer.name, makespan=s.makespan, peak=list(s.peak_memory)) if isinstance(s, Schedule)
+                       else dict(name=peer.name, error=s))
+    return out
+
+
+def search_row(cfg: Config, shape: str, mem: Sequence[Number], limit: float) -> dict[str, Any]:
+    """Tessel (default mode) and the search alone under `mem`."""
+    p = cfg.placement(shape)
+    t0 = time.perf_counter()
+    s = search(p, cfg.m, memory=list(mem), time_limit=limit)
+    row = dict(tessel=s.makespan, base=str(s.meta.get("base")), tessel_s=time.perf_counter() - t0)
+    t0 = time.perf_counter()
+    a = search(p, cfg.m, memory=list(mem), time_limit=limit, budget=Budget(race=False))
+    return dict(row, alone=a.makespan, alone_s=time.perf_counter() - t0, bound=s.meta.get("lower_bound"))
 
 
 def rows_of(cfg: Config, mods: dict[str, Any] | None, limit: float, shapes: Sequence[str],
-            only: Sequence[str] | None = None) -> list[dict[str, Any]]:
-    """The rows of one configuration; with `only`, just the memory rows of those names (1F1B or a peer's)."""
+            only: Sequence[str] | None = None, cache: Cache | None = None,
+            zb_repo: str | None = None) -> list[dict[str, Any]]:
+    """The rows of one configuration; with `only`, just the memory rows of those names (1F1B or a peer's).
+    Records already in `cache` are reused, the others run and added to it."""
+    cache = cache or Cache()
     out = []
     for shape in shapes:
-        p = cfg.placement(shape)
-        peers = [(peer.name, run_peer(peer, mods, cfg)) for peer in PEERS if peer.shape == shape]
-        good = [(name, s) for name, s in peers if isinstance(s, Schedule)]
-        memories: list[tuple[str, tuple[Number, ...]]] = [("1F1B", one_f_one_b_memory(p, cfg.m))]
-        for name, s in good:  # each peer's own per-device peak, once
-            if all(tuple(s.peak_memory) != x for _, x in memories):
-                memories.append((name, tuple(s.peak_memory)))
+        where = dict(p=cfg.p, m=cfg.m, costs=cfg.costs, latency=cfg.latency, shape=shape)
+        peers_key = dict(where, kind="peers", zb_repo=zb_repo)
+        peers = cache.get(peers_key)
+        if peers is None:
+            peers = cache.put(peers_key, peer_records(cfg, shape, mods))
+        good = [r for r in peers if "error" not in r]
+        memories: list[tuple[str, list[Number]]] = [("1F1B", list(one_f_one_b_memory(cfg.placement(shape), cfg.m)))]
+        for r in good:  # each peer's own per-device peak, once
+            if all(r["peak"] != x for _, x in memories):
+                memories.append((r["name"], r["peak"]))
         for who, mem in memories:
             if only and who not in only:
                 continue
-            fit = [(name, s) for name, s in good if all(a <= b + EPS for a, b in zip(s.peak_memory, mem))]
-            best = min(fit, key=lambda t: t[1].makespan) if fit else None
-            row: dict[str, Any] = dict(cfg=cfg, shape=shape, memory=who, limit=mem, peers=peers,
-                                       best=best)
-            t0 = time.perf_counter()
-            s = search(p, cfg.m, memory=list(mem), time_limit=limit)
-            row.update(tessel=s.makespan, base=str(s.meta.get("base")), tessel_s=time.perf_counter() - t0)
-            t0 = time.perf_counter()
-            a = search(p, cfg.m, memory=list(mem), time_limit=limit, budget=Budget(race=False))
-            row.update(alone=a.makespan, alone_s=time.perf_counter() - t0, bound=s.meta.get("lower_bound"))
-            out.append(row)
-            print(f"{cfg} {shape} memory {who}: best peer {best[1].makespan if best else '-'} tessel {s.makespan} "
-                  f"alone {a.makespan}", flush=True)
+            fit = [r for r in good if all(a <= b + EPS for a, b in zip(r["peak"], mem))]
+            best = min(fit, key=lambda r: r["makespan"]) if fit else None
+            row_key = dict(where, kind="row", memory=who, limit=mem, time_limit=limit)
+            row = found = cache.get(row_key)
+            if found is None:
+                row = cache.put(row_key, search_row(cfg, shape, mem, limit))
+            out.append(dict(row, cfg=cfg, shape=shape, memory=who, limit=mem, peers=peers,
+                            best=(best["name"], best["makespan"]) if best else None))
+            if found is None:
+                print(f"{cfg} {shape} memory {who}: best peer {best['makespan'] if best else '-'} "
+                      f"tessel {row['tessel']} alone {row['alone']}", flush=True)
     return out
 
 
@@ -253,7 +329,7 @@ def table(rows: Sequence[dict[str, Any]]) -> list[str]:
     for r in rows:
         c: Config = r["cfg"]
         best = r["best"]
-        pm = best[1].makespan if best else None
+        pm = best[1] if best else None
         t, a = r["tessel"], r["alone"]
         winner = "-" if pm is None else ("tessel" if t < pm - EPS else ("tie" if t <= pm + EPS else "**peer**"))
         lines.append("| " + " | ".join(str(x) for x in [
@@ -274,40 +350,43 @@ def peers_table(results: Sequence[dict[str, Any]]) -> list[str]:
         if (c, r["shape"]) in seen:
             continue
         seen.add((c, r["shape"]))
-        for name, s in r["peers"]:
-            ok = isinstance(s, Schedule)
+        for s in r["peers"]:
+            ok = "error" not in s
             lines.append(f"| {r['shape']} | {c.p} | {c.m} | {c.costs} | {fmt(c.fbwc()[3]) if c.latency else 0} | "
-                         f"{name} | {fmt(s.makespan) if ok else s} | {fmt(max(s.peak_memory)) if ok else '-'} |")
+                         f"{s['name']} | {fmt(s['makespan']) if ok else s['error']} | "
+                         f"{fmt(max(s['peak'])) if ok else '-'} |")
     return lines
 
 
-def write(path: str, args: argparse.Namespace, results: Sequence[dict[str, Any]], total: int, done: int) -> None:
-    longer = [r for r in results if r["best"] and r["tessel"] > r["best"][1].makespan + EPS]
-    alone_far = [r for r in results if r["best"] and r["alone"] > r["best"][1].makespan * 1.01 + EPS]
+def write(path: str, args: argparse.Namespace, argv: Sequence[str], results: Sequence[dict[str, Any]], total: int,
+          done: int) -> None:
+    longer = [r for r in results if r["best"] and r["tessel"] > r["best"][1] + EPS]
+    alone_far = [r for r in results if r["best"] and r["alone"] > r["best"][1] * 1.01 + EPS]
     part = "" if done == total else f" (partial: {done} of {total} configurations)"
+    cached = f" Rows kept in {args.cache} (--cache): its seconds are those of the run that found them." if args.cache else ""
     lines = ["# V and interleaved generators against tessel (issue 17's peers grid)", "",
-             f"p in {args.p}, m in {{2p, 3p, 4p}}, costs {args.costs}, latency {args.latency}, memory rows "
+             f"p in {args.p}, m in {{{', '.join(f'{k}p' for k in args.m)}}}, costs {args.costs}, latency {args.latency}, memory rows "
              f"{' '.join(args.memories) if args.memories else 'all'}; tessel default mode and "
              f"the search alone (no baseline raced), {args.time_limit:g} s per search. Peers from their own code: torch "
              f"{_torch_version()}, the zero-bubble repository at {args.zb_repo or '(not given)'}. On `zbv` and "
              "`interleaved-zb` a chunk costs half a stage. Machine: "
-             f"{platform.machine()}, python {platform.python_version()}, 2 cores shared with other jobs.{part}", "",
+             f"{platform.machine()}, python {platform.python_version()}, 2 cores shared with other jobs.{part}{cached}", "",
              f"Rows where tessel is longer than the best peer: {len(longer)} of {len(results)}; rows where the search "
              f"alone is more than 1% above the best peer: {len(alone_far)}.", "", *table(results), "",
              "## Each peer on its own", "", *peers_table(results), "",
-             "Reproduce: `.venv/bin/python bench/vpeers.py " + " ".join(sys.argv[1:]) + "` (--zb-repo: a checkout of the ZB repository)"]
+             "Reproduce: `.venv/bin/python bench/vpeers.py " + " ".join(argv) + "` (--zb-repo: a checkout of the ZB repository)"]
     atomic_write(path, "\n".join(lines) + "\n")
 
 
 def _torch_version() -> str:
+    """Without importing torch (seconds on a loaded machine, for a grid that may need none of it)."""
     try:
-        import torch
-        return str(torch.__version__)
-    except ImportError:
+        return importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
         return "(absent)"
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--zb-repo", default=None, help="checkout of the zero-bubble repository")
     ap.add_argument("--p", type=int, nargs="+", default=[4], help="device counts (the issue: 4 6 8 16)")
@@ -319,14 +398,19 @@ def main() -> None:
                     help="only these memory rows: 1F1B or a peer's name, e.g. V-Half V-Min (default: every row)")
     ap.add_argument("--time-limit", type=float, default=20.0, help="seconds per search (the issue: 20)")
     ap.add_argument("-o", "--output", default=str(ROOT / "bench" / "results" / "peers-v.md"))
-    args = ap.parse_args()
+    ap.add_argument("--cache", default=None, metavar="FILE.jsonl",
+                    help="resumable: each finished row is appended to FILE, a rerun reuses the rows there "
+                         "(the table is rendered from them), so the grid can run in pieces")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     mods = load(args.zb_repo)
     cfgs = [Config(p, k * p, c, lat == "yes") for p in args.p for k in args.m for c in args.costs for lat in args.latency]
+    cache = Cache(args.cache)
     results: list[dict[str, Any]] = []
     for i, cfg in enumerate(cfgs):
-        results += rows_of(cfg, mods, args.time_limit, args.shapes, args.memories)
-        write(args.output, args, results, len(cfgs), i + 1)  # a partial table survives a timeout
+        results += rows_of(cfg, mods, args.time_limit, args.shapes, args.memories, cache, args.zb_repo)
+        write(args.output, args, argv, results, len(cfgs), i + 1)  # a partial table survives a timeout
 
 
 if __name__ == "__main__":

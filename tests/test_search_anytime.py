@@ -11,7 +11,7 @@ from shared_files import checker_verdict
 
 from bench.dags import random_case
 from tessel import bounds, library
-from tessel.baselines import BASELINES, BaselineError, applicable
+from tessel.baselines import BASELINES, BaselineError, applicable, linear
 from tessel.schedule import Schedule
 from tessel.search import MemoryLimitError, SearchReport, search
 from tessel.search.orchestrate import objective_value
@@ -211,6 +211,26 @@ def test_the_race_refuses_a_baseline_over_the_limit_from_its_orders_without_buil
     monkeypatch.setattr(race, "run_baseline", lambda name, *a, **k: calls.append(name))
     s = checked(search(p, 16, 2, time_limit=10), tmp_path)
     assert calls == [] and max(s.peak_memory) <= 2 and s.meta["base"] in ("repetend", "justified")  # its own
+
+
+def test_the_race_runs_linear_baselines_first_and_v_mem_only_below_zb_v_hand(monkeypatch: pytest.MonkeyPatch,
+                                                                              tmp_path: Path) -> None:
+    """The race builds the closed-form orders first (the cheapest: each one's time is the estimate
+    that may skip the next) and spares v-mem (a grid of timings: 5 CPU seconds at p = 16, m = 32,
+    the 20 s search's race three times its limit on a loaded machine) where ZB-V's hand order or
+    DualPipeV fits; under V-Min's memory, where neither does, v-mem races."""
+    from tessel.search.passes import race
+    p = library.zbv(4, forward=0.5, backward=0.488, weight=0.252, latency=0.032)  # misses its bound: a race
+    real = race.run_baseline
+    calls: list[str] = []
+    monkeypatch.setattr(race, "run_baseline", lambda name, *a, **k: calls.append(name) or real(name, *a, **k))
+    for memory, spared in ((8, True), (4, False)):
+        calls.clear()
+        s = checked(search(p, 8, memory, time_limit=3), tmp_path)
+        assert max(s.peak_memory) <= memory and "baselines" in s.meta["seconds"]
+        assert ("v-mem" not in calls) == spared and calls[-1] == "greedy"
+        cheap = [n for n in calls if linear(n, p)]
+        assert calls[:len(cheap)] == cheap and "zb-v-hand" in cheap, calls
 
 
 def test_mode_exact_builds_no_model_the_clock_cannot_hold(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 
-from ...baselines import BaselineError, futile, orders, raced, run_baseline
+from ...baselines import BaselineError, futile, linear, orders, raced, run_baseline
 from ...numeric import EPS
 from ...placement import Number, Placement
 from ...schedule import ScheduleError, normalise_limit
@@ -49,18 +49,16 @@ def cheap(state: State) -> bool:
 
 
 def race(state: State, clock: Clock, share: float | None = 1.0) -> None:
-    """The applicable baselines on the real placement, greedy (the slowest) last, into
-    state.rivals, once. One that would take more than `share` of the clock left is skipped
-    (with no share, none is)."""
+    """The applicable baselines on the real placement, in `order`, into state.rivals, once. One
+    that would take more than `share` of the clock left is skipped (with no share, none is), and
+    so is one over the limit or `futile` there (v-mem where ZB-V's hand order fits)."""
     p, n = state.problem.placement, state.micro_batches
     tasks = n * len(p.blocks)
     if state.raced or not state.budget.race:
         return
     state.raced = True
     large = tasks > BASELINE_TASKS
-    names = sorted(raced(p, large), key=lambda x: x == "greedy")  # torch's generators only on request
-    if large:  # gpipe last: it holds all N micro-batches' activations, the first to miss a limit
-        names = sorted(names, key=lambda x: x == "gpipe")
+    names = order(p, raced(p, large), large)  # torch's generators only on request
     per_baseline = tasks * state.budget.baseline_per_task
     for name in names:
         fallback = large and not state.rivals  # the answer in hand, however short the clock
@@ -78,6 +76,16 @@ def race(state: State, clock: Clock, share: float | None = 1.0) -> None:
         per_baseline = time.process_time() - t1
         if state.per_task is None and state.rivals:
             state.per_task = per_baseline / tasks
+
+
+def order(p: Placement, names: Sequence[str], large: bool) -> list[str]:
+    """The race's order: those built in linear time first (closed-form orders, timed once: the
+    cheapest, and each one's time is the estimate that may skip the next), greedy (the slowest)
+    last; above the race size (all linear) gpipe last: it holds all N micro-batches' activations,
+    the first to miss a limit."""
+    if large:
+        return sorted(names, key=lambda x: x == "gpipe")
+    return sorted(names, key=lambda x: (x == "greedy", not linear(x, p)))
 
 
 # ---- the memory pre-check ------------------------------------------------------------------
