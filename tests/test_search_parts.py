@@ -242,8 +242,8 @@ def test_asked_to_prove_the_deep_passes_run_within_the_settling_gap(monkeypatch:
     import importlib
 
     from tessel.search import search
-    # without the justification passes (which now close xshape-6's last 0.7% to its bound, where no
-    # pass runs at all) the completion leaves 137, within the settling gap of the proven 136
+    # without the justification and shapes passes (which now close xshape-6's last 0.7% to its bound,
+    # where no pass runs at all) the completion leaves 137, within the settling gap of the proven 136
     orchestrate = importlib.import_module("tessel.search.orchestrate")
     monkeypatch.setitem(orchestrate.PASSES, "tessel", tuple(
         p for p in orchestrate.PASSES["tessel"] if p.name not in ("unrolled", "justify", "shapes")))
