@@ -175,6 +175,11 @@ def orders_from_starts(p: Placement, starts: Mapping[Key, Number]) -> list[list[
     return [[(b, m) for _, m, b in sorted(o)] for o in orders]
 
 
+def span(p: Placement, starts: Mapping[Key, Number]) -> Number:
+    """The makespan of `starts`: the latest end (starts at 0 or later)."""
+    return max(t + p.by_id[b].duration for (b, _), t in starts.items())
+
+
 def order_peak(p: Placement, order: Sequence[Key]) -> Number:
     """A device's peak memory running `order`: one task at a time, so its memory is the running sum
     (releases at task ends come before the next task's allocation: rule 4). Depends on the order

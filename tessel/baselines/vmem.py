@@ -39,7 +39,7 @@ from dataclasses import dataclass, replace
 from ..key import Key
 from ..placement import Number, Placement
 from ..schedule import EPS
-from ..timing import order_peak
+from ..timing import order_peak, span
 from .shapes import BaselineError, Chain
 from .wfill import fill_weights
 from .zbv_hand import zbv_hand_orders
@@ -205,9 +205,9 @@ def _shortest(p: Placement, c: Chain, n: int, limit: Sequence[Number] | None,
         starts = fill_weights(p, [[x for x in o if x[0] not in late] for o in orders], c.weight, limit, best,
                               slack=slack)
         if starts is not None:
-            span = max(t + p.by_id[b].duration for (b, _), t in starts.items())
-            best = min(best, span)
-            out.append((span, g, starts))
+            length = span(p, starts)
+            best = min(best, length)
+            out.append((length, g, starts))
     return sorted(out, key=lambda t: t[0])
 
 

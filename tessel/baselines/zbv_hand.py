@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from ..key import Key
 from ..placement import Number, Placement
-from ..timing import earliest_starts
+from ..timing import earliest_starts, span
 from .shapes import Chain
 from .wfill import fill_weights
 
@@ -45,11 +45,7 @@ def zbv_hand_starts(p: Placement, c: Chain, n: int) -> dict[Key, Number]:
     if p.devices * n * len(p.blocks) > FILL_WORK:
         return plain
     filled = fill_weights(p, [_cool_down_free(c, o) for o in orders], c.weight, None, reorder=False)
-    return plain if filled is None or _span(p, plain) <= _span(p, filled) else filled
-
-
-def _span(p: Placement, starts: dict[Key, Number]) -> Number:
-    return max(t + p.by_id[b].duration for (b, _), t in starts.items())
+    return plain if filled is None or span(p, plain) <= span(p, filled) else filled
 
 
 def _cool_down_free(c: Chain, order: list[Key]) -> list[Key]:
