@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from . import graph
-from .holds import holds_of, ramp_bound
+from .holds import device_ramp, holds_of
 from .numeric import EPS
 from .placement import Number, Placement
 
@@ -426,19 +426,19 @@ def device_bounds(p: Placement, micro_batches: int, memory: Memory | None = None
                   rows: tuple[Rows, Rows] | None = None, term_work: int = DEVICE_TERM_WORK,
                   ramp: bool = True) -> dict[int, Number]:
     """device_lower_bound's one-machine bound of each device with blocks, and with `memory` and
-    `ramp` the memory ramp's (holds.ramp_bound) where higher; `rows`: the staggered releases and
-    tails when already worked out."""
+    `ramp` the memory ramp's (holds.device_ramp: at the start, the end, both) where higher;
+    `rows`: the staggered releases and tails when already worked out."""
     n = micro_batches
     pairs = n * sum(len(b.devices) for b in p.blocks)
     ramps: dict[int, Number] = {}
     if pairs <= STAGGER_TASKS:
         r, q = rows or (staggered_releases(p, n, memory, term_work), staggered_tails(p, n, memory, term_work))
         jobs_of = {b.id: _grouped(r[b.id], b.duration, q[b.id][::-1]) for b in p.blocks}
-        ramps = {d: max(ramp_bound(p.blocks_on(d), r, limit, holds),  # the idle at the start, then at the end
-                        ramp_bound(p.blocks_on(d), q, limit, [(rel, a, x) for a, rel, x in holds]))
+        ramps = {d: device_ramp(p.blocks_on(d), r, q, limit, holds)
                  for d, (limit, holds) in (memory or {}).items() if ramp and p.blocks_on(d)}
     else:
         pt = paths(p)
         jobs_of = {b.id: [(pt.earliest[b.id], n * b.duration, pt.tail[b.id] - b.duration)] for b in p.blocks}
     return {d: max(one_machine_bound([j for b in p.blocks_on(d) for j in jobs_of[b.id]]), ramps.get(d, 0))
             for d in range(p.devices) if p.blocks_on(d)}
+

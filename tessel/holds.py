@@ -1,8 +1,8 @@
 """How long a micro-batch holds memory on a device: the least time from the start of an
 allocating block to the end of its releasing one (Little's law in bounds.memory_lower_bound and
 Problem.memory_period_bound), exact while longest paths are cheap, a path below it above that;
-and how much of a device's work the memory lets start before a time (ramp_bound, in
-bounds.device_bounds)."""
+and how much of a device's work the memory lets start before a time, or end after one (ramp_bound,
+two_ended_ramp: device_ramp, in bounds.device_bounds)."""
 from __future__ import annotations
 
 import math
@@ -95,6 +95,14 @@ def ramp_bound(on: Sequence[Block], rows: Mapping[str, Sequence[float] | Vec], l
     whatever the order, which the preemptive one-machine bound (any released forward may fill
     the wait there) does not see. Read backwards in time (tails for releases, each hold's
     release for its allocation) the same argument bounds the idle at the end."""
+    at, cap, total = ramp_profile(on, rows, limit, holds)
+    return float(np.max(at + total - cap)) if len(at) else 0.0
+
+
+def ramp_profile(on: Sequence[Block], rows: Mapping[str, Sequence[float] | Vec], limit: Number,
+                 holds: Sequence[Hold]) -> tuple[Vec, Vec, float]:
+    """ramp_bound's times R (each distinct least start but the first, rising), the most work of
+    the device that fits before each (rising with R), and the device's whole work W."""
     alloc: dict[str, float] = {}
     free: dict[str, float] = {}
     for a, r, x in holds:
@@ -108,8 +116,6 @@ def ramp_bound(on: Sequence[Block], rows: Mapping[str, Sequence[float] | Vec], l
     d = np.concatenate([np.full(len(rows[b]), dur[b]) for b in ids])[order]
     plain = np.concatenate([np.full(len(rows[b]), b not in alloc) for b in ids])[order]
     last = np.flatnonzero(rel[1:] > rel[:-1])  # a prefix ends there; the next least start is R
-    if not len(last):
-        return 0.0
     at = rel[last + 1]
     done = _asap(rel, d, at, last)
     fits = _asap(np.where(plain, rel, -np.inf), np.where(plain, d, 0.0), at, last)
@@ -122,8 +128,41 @@ def ramp_bound(on: Sequence[Block], rows: Mapping[str, Sequence[float] | Vec], l
         take = count if alloc[a] <= 0 else np.minimum(count, np.maximum(budget, 0.0) / alloc[a])
         fits += take * dur[a]
         budget -= take * max(alloc[a], 0.0)
-    total = float(d.sum())
-    return float(np.max(at + total - np.minimum(done, fits)))
+    # before the first least start no work fits; the work before R is within the work before any
+    # later R, so each cap is at most every later one (a running minimum from the end: rising)
+    cap = np.minimum.accumulate(np.concatenate([[0.0], np.minimum(done, fits)])[::-1])[::-1]
+    return np.concatenate([rel[:1], at]), cap, float(d.sum())
+
+
+def two_ended_ramp(start: tuple[Vec, Vec, float], end: tuple[Vec, Vec, float]) -> float:
+    """A least makespan M from the idle at both ends at once: `start` is ramp_profile's (R, the
+    most work before R, W) read forwards, `end` the same read backwards (R': the most work in
+    the last R' before M). Where W exceeds both caps together the two windows [0, R] and
+    [M - R', M] cannot overlap (together they would hold all the work), so the work between
+    them, at least W - cap(R) - cap'(R'), runs in M - R - R': M >= R + R' + W - cap - cap'.
+    ramp_bound takes one end at a time; this adds the other end's idle to it (a V's tip idles
+    before its first backward comes back and after its last forward leaves)."""
+    (at, cap, total), (at2, cap2, _) = start, end
+    if not len(at) or not len(at2):
+        return 0.0
+    # per R, the best R' among those whose cap' < W - cap(R): cap' rises with R', so a prefix
+    gain = np.maximum.accumulate(at2 - cap2)
+    fit = np.searchsorted(cap2, total - cap, side="left")  # first index with cap' >= W - cap
+    ok = fit > 0
+    if not ok.any():
+        return 0.0
+    return float(np.max((at + total - cap)[ok] + gain[fit[ok] - 1]))
+
+
+def device_ramp(on: Sequence[Block], releases: Mapping[str, Sequence[float] | Vec],
+                tails: Mapping[str, Sequence[float] | Vec], limit: Number, holds: Sequence[Hold]) -> float:
+    """The memory ramp's bound of one device: the idle at the start (ramp_bound on the least
+    starts `releases`), at the end (on the least tails `tails`, each hold's release for its
+    allocation), and at both at once (two_ended_ramp)."""
+    start = ramp_profile(on, releases, limit, holds)
+    end = ramp_profile(on, tails, limit, [(r, a, x) for a, r, x in holds])
+    ends = [float(np.max(at + total - cap)) for at, cap, total in (start, end) if len(at)]
+    return max([*ends, two_ended_ramp(start, end)])
 
 
 def _asap(rel: Vec, d: Vec, at: Vec, last: np.ndarray[Any, np.dtype[np.intp]]) -> Vec:

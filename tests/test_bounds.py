@@ -175,12 +175,52 @@ def test_the_memory_ramp_proves_the_tip_of_a_v_idles_until_its_first_backward(tm
     # 1 M_B (32 chunk activations a device): the tip starts at 15 and its first backward comes
     # back at 46; before it only forwards can run, and the memory lets 32 of them start (16 time
     # units), so it idles 15 whatever the order: 46 + 192 - 16 = 222. The preemptive bound lets
-    # later forwards fill the wait (213.5). Any valid schedule is at least as long
+    # later forwards fill the wait (213.5). Read backwards the same device idles at the end, and
+    # both idles add up (holds.two_ended_ramp): 225.5. Any valid schedule is at least as long
     v = library.zbv(16, forward=0.5, backward=0.5, weight=0.5, latency=0.5)
     memory = make_problem(v, 32).real_holds()
     assert bounds.device_lower_bound(v, 64, memory, ramp=False) == 213.5
-    assert bounds.device_lower_bound(v, 64, memory) == 222
+    r = bounds.staggered_releases(v, 64, memory)
+    assert max(holds.ramp_bound(v.blocks_on(d), r, limit, h) for d, (limit, h) in memory.items()) == 222
+    assert bounds.device_lower_bound(v, 64, memory) == 225.5
     s = search(v, 64, 32, mode="fast", time_limit=10)
     s.save(tmp_path / "s.json")
     checker_verdict(tmp_path / "s.json")
-    assert s.errors() == [] and s.makespan >= 222
+    assert s.errors() == [] and s.makespan >= 225.5
+
+
+def _tiny_v(seed: int) -> tuple[Placement, int, tuple[Number, ...]]:
+    """A small zbv or interleaved-zb placement (the library's V family) with integer costs,
+    latency 0-3, 3-5 micro-batches and memory limits from the least that fits to roomy."""
+    rng = random.Random(seed)
+    shape = rng.choice(("zbv", "zbv", "interleaved_zb"))
+    f, b, w = rng.randint(1, 3), rng.randint(1, 3), rng.randint(1, 2)
+    p = getattr(library, shape)(rng.randint(2, 3), forward=f, backward=b, weight=w, latency=rng.randint(0, 3))
+    least = least_memory(make_problem(p).units)
+    return p, rng.randint(3, 5), tuple(x + rng.choice((0, 0, 1, 2, 4)) for x in least)
+
+
+def _one_ended(p: Placement, n: int, memory: bounds.Memory) -> Number:
+    """The device bound with the memory ramp at one end at a time (before holds.two_ended_ramp)."""
+    r, q = bounds.staggered_releases(p, n, memory), bounds.staggered_tails(p, n, memory)
+    ramps = [holds.ramp_bound(p.blocks_on(d), rows, limit, h if rows is r else [(y, x, a) for x, y, a in h])
+             for d, (limit, h) in memory.items() for rows in (r, q)]
+    return max([bounds.device_lower_bound(p, n, memory, ramp=False), *ramps])
+
+
+@pytest.mark.slow
+def test_the_ramp_at_both_ends_is_below_the_exact_optimum_on_random_v_placements() -> None:
+    """holds.two_ended_ramp (the idle at the start and at the end added up): below the exact
+    optimum on random small V placements, and above the one-ended ramp on several."""
+    proven, higher = 0, 0
+    for seed in range(40):
+        p, n, limit = _tiny_v(seed)
+        got = _optimum(p, n, limit)
+        if got is None:
+            continue
+        opt, _, new = got
+        before = _one_ended(p, n, make_problem(p, limit).real_holds())
+        assert before <= new <= opt + 1e-9, (seed, opt, before, new)
+        proven += 1
+        higher += new > before + 1e-9
+    assert proven >= 30 and higher >= 5, (proven, higher)
