@@ -25,6 +25,7 @@ rows with latency unless --all.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import sys
@@ -136,22 +137,65 @@ def _num(x: str) -> float | None:
         return None
 
 
-def measure(name: str, cells: dict[str, str], devices: int, above: float,
-            mods: dict[str, Any] | None) -> tuple[str, float | None, float]:
-    """The table line of one row, its tessel / bound and its best / bound."""
-    case = case_of(cells, mods)
-    tessel = _num(cells["tessel"])
-    best = min(x for x in (_num(cells.get(c, "-")) for c in MAKESPANS) if x is not None)
+def measure(name: str, case: Case, tessel: float | None, best: float, devices: int,
+            above: float) -> tuple[str, float | None, float, float | None]:
+    """The table line of one row, its tessel / bound, its best / bound and its tessel / (the
+    bound the search reports by default)."""
     t0 = time.perf_counter()
     old, device, relax = proven(case.placement, case.m, case.limit, best, devices, above)
     secs = time.perf_counter() - t0
-    bound = max(old, device, relax or 0)
+    reported = searched(case.placement, case.m, case.limit)
+    bound = max(old, device, relax or 0, reported)
     gap = None if tessel is None else tessel / bound
     line = (f"| {name} | {case.shape} | {case.p} | {case.m} | {case.costs} | {case.memory} | {old:.6g} | "
-            f"{device:.6g} | {'-' if relax is None else f'{relax:.6g}'} | {bound:.6g} | "
+            f"{reported:.6g} | {device:.6g} | {'-' if relax is None else f'{relax:.6g}'} | {bound:.6g} | "
             f"{'-' if tessel is None else f'{tessel:.6g}'} | {best:.6g} | {'-' if gap is None else f'{gap:.4f}'} | "
-            f"{best / bound:.4f} | {'-' if tessel is None else f'{tessel / old:.4f}'} | {secs:.2f} |")
-    return line, gap, best / bound
+            f"{best / bound:.4f} | {'-' if tessel is None else f'{tessel / reported:.4f}'} | {secs:.2f} |")
+    return line, gap, best / bound, None if tessel is None else tessel / reported
+
+
+def searched(p: Placement, n: int, limit: Number | tuple[Number, ...]) -> Number:
+    """The bound a search reports by default (no solver bound, no relaxation): the search state's
+    bounds.proven_lower_bound, its device term at the search's budget (bounds.DEVICE_TERM_WORK)."""
+    holds = make_problem(p, limit).real_holds()
+    memory = [(d, h, lim) for d, (lim, h) in holds.items()]
+    return bounds.proven_lower_bound(p, n, memory, device=bounds.device_lower_bound(p, n, holds))[0]
+
+
+def cases(path: Path, mods: dict[str, Any] | None) -> list[tuple[Case, float | None, float]]:
+    """(case, tessel, best makespan) of every row of a peers table (.md) or of bench/vpeers.py's
+    --cache file (.jsonl: each row with its per-device limits as searched)."""
+    if path.suffix == ".jsonl":
+        return jsonl_cases(path)
+    out = []
+    for cells in read_rows(path):
+        best = min(x for x in (_num(cells.get(c, "-")) for c in MAKESPANS) if x is not None)
+        out.append((case_of(cells, mods), _num(cells["tessel"]), best))
+    return out
+
+
+def jsonl_cases(path: Path) -> list[tuple[Case, float | None, float]]:
+    """The rows of a bench/vpeers.py cache: the searched limits as recorded; the best makespan of
+    tessel, the search alone and every peer whose own peak fits those limits."""
+    records = [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
+    peers = {_config(r["key"]): r["value"] for r in records if r["key"]["kind"] == "peers"}
+    out = []
+    for r in records:
+        key, value = r["key"], r["value"]
+        if key["kind"] != "row":
+            continue
+        cfg = Config(key["p"], key["m"], key["costs"], key["latency"])
+        limit = tuple(key["limit"])
+        fit = [x["makespan"] for x in peers.get(_config(key), []) if "makespan" in x
+               and all(a <= b + 1e-9 for a, b in zip(x["peak"], limit))]
+        memory = "1F1B's" if key["memory"] == "1F1B" else f"{key['memory']}'s"
+        case = Case(cfg.placement(key["shape"]), key["shape"], cfg.p, cfg.m, cfg.costs, memory, limit, cfg.latency)
+        out.append((case, float(value["tessel"]), min([value["tessel"], value["alone"], *fit])))
+    return out
+
+
+def _config(key: dict[str, Any]) -> tuple[Any, ...]:
+    return key["shape"], key["p"], key["m"], key["costs"], key["latency"]
 
 
 def spread(name: str, gaps: list[float]) -> str:
@@ -161,31 +205,39 @@ def spread(name: str, gaps: list[float]) -> str:
             f" | {sum(g > RANGES[-1] + 1e-9 for g in gaps)} | {max(gaps, default=0.0):.4f} |")
 
 
-def header(gaps: list[float], best: list[float], devices: int, above: float,
+def header(gaps: list[float], best: list[float], reported: list[float], devices: int, above: float,
            mods: dict[str, Any] | None) -> list[str]:
     over = sum(g > 1.05 + 1e-9 for g in gaps)
     return ["# Proven gap on the zero-bubble grid: the bounds that know latency and memory", "",
-            "Makespans as recorded by bench/peers.py and bench/vpeers.py in the files named; bounds computed "
-            "now. `old`: FORMAT.md's, the fill through all-device blocks, Little's law on memory; `device`: "
-            "bounds.device_lower_bound (with the memory ramp, holds.ramp_bound); `relax`: tessel.search.relax (one device exactly, CP-SAT, at most "
+            "Makespans as recorded by bench/peers.py and bench/vpeers.py in the files named (a vpeers --cache "
+            "file: its rows with their limits as searched); bounds computed "
+            "now. `old`: FORMAT.md's, the fill through all-device blocks, Little's law on memory; `search`: the "
+            "bound a search reports by default (bounds.proven_lower_bound, no solver bound, no relaxation); `device`: "
+            "bounds.device_lower_bound, its device term in full (with the memory ramp at either end and at both, "
+            "holds.device_ramp); `relax`: tessel.search.relax (one device exactly, CP-SAT, at most "
             f"{RELAX_PROBES} solves of {RELAX_WORK} deterministic s per device, {devices} devices a row, on rows whose "
-            f"best makespan is above {above} x the bound before; `-`: not run); `best`: the shortest of tessel, the zero-bubble repository's scheduler, every baseline and "
-            "peer. Gaps are makespan / bound; peers-v.md rows are bounded with each device's own limit, worked out "
+            f"best makespan is above {above} x the bound before; `-`: not run); `best`: the shortest of tessel, the "
+            "zero-bubble repository's scheduler, every baseline and peer that fits the row's memory. Gaps are "
+            "makespan / bound; peers-v.md rows are bounded with each device's own limit, worked out "
             f"again from 1F1B's or the peer's schedule ({'with' if mods else 'without'} the zero-bubble repository"
-            f"{'' if mods else ': its peers get their largest limit on every device'}). Machine: {platform.machine()}, python {platform.python_version()}, 2 cores shared "
+            f"{'' if mods else ': its peers get their largest limit on every device'}). Machine: {platform.machine()}, "
+            f"python {platform.python_version()}, 2 cores shared "
             f"with other jobs (load {os.getloadavg()[0]:.1f} at the end; `bound s` is wall time).", "",
             f"Rows with tessel more than 5% above the bound: {over} of {len(gaps)}; with the best makespan "
-            f"recorded: {sum(g > 1.05 + 1e-9 for g in best)} of {len(best)}.", "",
+            f"recorded: {sum(g > 1.05 + 1e-9 for g in best)} of {len(best)}; tessel above the search's own "
+            f"bound: {sum(g > 1.05 + 1e-9 for g in reported)} of {len(reported)}.", "",
             "Rows at or below each ratio of makespan / bound:", "",
             "| makespan | rows | " + " | ".join(f"<= {x:.2f}" for x in RANGES) + f" | > {RANGES[-1]:.2f} | max |",
-            "|" + "---|" * (len(RANGES) + 4), spread("tessel", gaps), spread("best", best), "",
-            "| file | placement | p | m | costs | memory | old | device | relax | bound | tessel | best | "
-            "tessel / bound | best / bound | tessel / old | bound s |", "|" + "---|" * 16]
+            "|" + "---|" * (len(RANGES) + 4), spread("tessel", gaps), spread("best", best),
+            spread("tessel / search", reported), "",
+            "| file | placement | p | m | costs | memory | old | search | device | relax | bound | tessel | best | "
+            "tessel / bound | best / bound | tessel / search | bound s |", "|" + "---|" * 17]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    ap.add_argument("tables", nargs="*", help="peers result files (default: bench/results/peers*.md)")
+    ap.add_argument("tables", nargs="*", help="peers result files, .md or bench/vpeers.py's .jsonl caches "
+                                              "(default: bench/results/peers*.md)")
     ap.add_argument("--all", action="store_true", help="rows without latency too")
     ap.add_argument("--relax-devices", type=int, default=RELAX_DEVICES,
                     help=f"devices per row the relaxation tries (default {RELAX_DEVICES}; 0: none)")
@@ -201,17 +253,20 @@ def main() -> None:
     out: list[str] = []
     gaps: list[float] = []
     best: list[float] = []
+    reported: list[float] = []
     for f in files:
-        for cells in read_rows(f):
-            if cells["latency"] == "0" and not args.all:
+        for case, tessel, top in cases(f, mods):
+            if not case.latency and not args.all:
                 continue
-            line, gap, best_gap = measure(f.name, cells, args.relax_devices, args.relax_above, mods)
+            line, gap, best_gap, own = measure(f.name, case, tessel, top, args.relax_devices, args.relax_above)
             out.append(line)
             gaps += [] if gap is None else [gap]
+            reported += [] if own is None else [own]
             best.append(best_gap)
             print(line, flush=True)
     cmd = "`.venv/bin/python bench/bound_gap.py " + " ".join(sys.argv[1:]) + "`"
-    atomic_write(args.output, "\n".join(header(gaps, best, args.relax_devices, args.relax_above, mods) + out + ["", "Reproduce: " + cmd]) + "\n")
+    atomic_write(args.output, "\n".join(header(gaps, best, reported, args.relax_devices, args.relax_above, mods) + out +
+                                        ["", "Reproduce: " + cmd]) + "\n")
 
 
 if __name__ == "__main__":
