@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from . import graph
-from .holds import device_ramp, holds_of
+from .holds import Floor, device_ramp, holds_of, release_floors
 from .numeric import EPS
 from .placement import Number, Placement
 
@@ -213,14 +213,16 @@ def _staggered(p: Placement, n: int, order: Sequence[str], before: Mapping[str, 
     waits = _memory_waits(memory, near) if memory and near is not None else {}
     if not waits or near is None:
         return r
-    return _with_memory(p, n, order, before, gap, r, near, waits, _same_device(p, order, near, n, term_work))
+    floors = release_floors(p, memory or {}, near, {x: float(row[0]) for x, row in r.items()})
+    return _with_memory(p, n, order, before, gap, r, near, waits, _same_device(p, order, near, n, term_work), floors)
 
 
 def _with_memory(p: Placement, n: int, order: Sequence[str], before: Mapping[str, Sequence[str]],
                  gap: Callable[[str, str], Number], base: Rows, near: Mapping[str, frozenset[str]],
                  waits: Mapping[str, Sequence[tuple[Number, Sequence[tuple[str, Number]]]]],
-                 same: Mapping[str, Sequence[Sequence[str]]]) -> Rows:
-    """The values of `base` (every argument but memory) raised by the memory argument, k by k:
+                 same: Mapping[str, Sequence[Sequence[str]]], floors: Mapping[str, Sequence[Floor]]) -> Rows:
+    """The values of `base` (every argument but memory) raised by the memory argument, k by k
+    (the releases' least ends, and the device's work to give memory back: holds.release_floors):
     for each k, in `order`, the inputs' and its own earlier task's values carry every delay on.
     A release that comes after the allocating block (a descendant) has not ended for the
     micro-batch that starts it now: at most k of the k+1 have (the last field of a hold)."""
@@ -243,6 +245,8 @@ def _with_memory(p: Placement, n: int, order: Sequence[str], before: Mapping[str
                 t = max(t, r[a][k] + g)
             for i, on in enumerate(same[x]):
                 t = max(t, _device_term(jobs.setdefault((x, i), ([], [])), on, x, k, r, dur))
+            for floor in floors.get(x, ()):
+                t = max(t, floor.wait(k))
             for limit, total, holds in plan.get(x, ()):
                 if (k + 1) * total <= limit:  # all k+1 micro-batches fit whatever has ended
                     continue

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -174,3 +175,76 @@ def _asap(rel: Vec, d: Vec, at: Vec, last: np.ndarray[Any, np.dtype[np.intp]]) -
     end = np.where(np.isfinite(end), end, 0.0)
     out: Vec = s[last] - np.maximum(0.0, end[last] - at)
     return out
+
+
+# ---- the work a device spends giving memory back -------------------------------------------------
+SUBSETS = 8  # most releasing blocks of one allocation whose subsets are all weighed (2**8 sums)
+
+
+@dataclass(frozen=True)
+class Floor:
+    """What the k-th task of an allocating block waits for on one limited device (release_floors)."""
+    amount: float  # held per micro-batch once it starts the block (its holds and its ancestors')
+    limit: float
+    start: float  # the least start of any task on the device that leads to a release
+    cost: float  # the least work there per unit given back
+    alloc_cost: float  # the least work per unit allocated, of the block and its allocating ancestors there
+    own: float  # what the block itself allocates
+
+    def wait(self, k: int) -> float:
+        """The least start of the k-th task (0 where nothing need come back)."""
+        freed = (k + 1) * self.amount - self.limit
+        return self.start + freed * self.cost + max(0.0, freed - self.own) * self.alloc_cost if freed > 0 else 0.0
+
+
+def release_floors(p: Placement, memory: Mapping[int, tuple[Number, Sequence[Hold]]],
+                   near: Mapping[str, frozenset[str]], first: Mapping[str, float]) -> dict[str, list[Floor]]:
+    """Per allocating block a, per limited device d: what the k-th task of a waits for on d
+    besides the releases' own least ends (bounds.staggered_releases' memory argument). The k+1
+    micro-batches that started a hold `amount` each (a's holds and its ancestors'), so when the
+    k-th starts, at time t, F = (k + 1) * amount - limit of it has been given back on d: by
+    releasing tasks there that ended, each after its micro-batch's tasks there that lead to it
+    (its ancestors on d but the allocating ones). Those tasks, disjoint between micro-batches,
+    run after the least start of the first of them (`first`: per block, its least start), for
+    at least F times the least work per unit given back (the least over the sets of releasing
+    blocks one micro-batch may end). And at most `limit` was allocated before the first
+    release ended, so of the k+1 micro-batches' allocations all but `limit` and the k-th's own
+    start after it too: F - own more units, each at least the least work per unit allocated.
+    One device runs them all before t. Where the memory comes back only after a round trip, the
+    device's own backward work spaces the later forwards out (a V's tip: each chunk freed costs a
+    backward and a weight gradient there, and the forward that takes it waits for both)."""
+    out: dict[str, list[Floor]] = {}
+    for d, (limit, holds) in sorted(memory.items()):
+        allocating = {a for a, _, _ in holds}
+        here = {b.id for b in p.blocks_on(d)}
+        for a in sorted(allocating):
+            mine: dict[str, float] = {}
+            taken: dict[str, float] = {}
+            for a2, rel, x in holds:
+                if (a2 == a or a2 in near[a]) and x > 0:
+                    mine[rel] = mine.get(rel, 0.0) + float(x)
+                    taken[a2] = taken.get(a2, 0.0) + float(x)
+            lead = {r: ({r, *near[r]} & here) - allocating for r in mine}
+            cost = _least_cost(p, mine, lead)
+            if mine and cost > 0:
+                start = min(first[b] for r in mine for b in lead[r])
+                per = min(p.by_id[b].duration / x if b in here else 0.0 for b, x in taken.items())
+                out.setdefault(a, []).append(Floor(sum(mine.values()), float(limit), start, cost, per,
+                                                   taken.get(a, 0.0)))
+    return out
+
+
+def _least_cost(p: Placement, freed: Mapping[str, float], lead: Mapping[str, set[str]]) -> float:
+    """The least work on the device per unit of memory one micro-batch gives back by ending a
+    set of releasing blocks (`freed`: each one's amount; `lead`: the tasks on the device each
+    needs, itself included); over every set while few, else per block alone with its own
+    duration only (a set's work is at least the sum of its releases' own: still a lower bound)."""
+    names = sorted(freed)
+    if len(names) > SUBSETS:
+        return min(p.by_id[r].duration / freed[r] if r in lead[r] else 0.0 for r in names)
+    best = math.inf
+    for mask in range(1, 1 << len(names)):
+        chosen = [r for i, r in enumerate(names) if mask >> i & 1]
+        work = sum(p.by_id[b].duration for b in set().union(*(lead[r] for r in chosen)))
+        best = min(best, work / sum(freed[r] for r in chosen))
+    return best
