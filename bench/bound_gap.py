@@ -1,12 +1,16 @@
 """Proven gap on the zero-bubble grid: the makespans bench/peers.py and bench/vpeers.py recorded,
 against the bounds that know latency and memory.
 
-For every row of the peers tables given (default: bench/results/peers*.md) the placement is built
+For every row of the peers tables given (default: bench/results/peers*.md; a bench/vpeers.py
+--cache file (.jsonl) gives its rows with the limits as searched) the placement is built
 again (bench/peers.py's Row, bench/vpeers.py's Config) and its bounds computed: `old`, the best of
-FORMAT.md's, the fill through all-device blocks and Little's law on the memory limit; `device`,
-one device at a time with every task's own release and tail (bounds.device_lower_bound: latency
-and memory delays per micro-batch, its device term in full: bounds.RELAX_TERM_WORK; with the memory
-ramp of holds.ramp_bound: the work the memory lets start before each least start); `relax`, the
+FORMAT.md's, the fill through all-device blocks and Little's law on the memory limit; `search`,
+the bound a search reports by default (bounds.proven_lower_bound as the search state calls it);
+`device`, one device at a time with every task's own release and tail (bounds.device_lower_bound:
+latency and memory delays per micro-batch, the device's own work to give memory back
+(holds.release_floors), its device term in full: bounds.RELAX_TERM_WORK; with the memory ramp of
+holds.device_ramp: the work the memory lets start before each least start, end after each least
+tail, and both at once); `relax`, the
 one-device exact relaxation (tessel.search.relax: CP-SAT under a deterministic budget, horizon the row's best makespan; `-` where it did not run:
 the best makespan is within RELAX_ABOVE of the bounds before, or every device has more than
 RELAX_TASKS tasks);
@@ -21,6 +25,11 @@ rows with latency unless --all.
     .venv/bin/python bench/bound_gap.py                  # writes bench/results/bound_gap.md
     .venv/bin/python bench/bound_gap.py --all -o /tmp/gap.md bench/results/peers-memory.md
     .venv/bin/python bench/bound_gap.py --relax-devices 0 -o /tmp/gap.md      # without the relaxation
+
+The V peers grid (issue 17), every row, one file per table (bench/results/bound_gap-v*.md):
+
+    .venv/bin/python bench/bound_gap.py --all -o bench/results/bound_gap-v.md bench/results/peers-v.md
+    .venv/bin/python bench/bound_gap.py --all -o bench/results/bound_gap-v-p8.md bench/results/peers-v-p8.jsonl
 """
 from __future__ import annotations
 

@@ -19,8 +19,9 @@ class SearchReport:
     base: str  # what the schedule came from: repetend, whole, exact, or a baseline's name
     lower_bound: Number
     bound_source: str  # analytic (FORMAT.md), shard (fill through all-device blocks), memory (Little's law),
-    # device (one device at a time, latency and memory delays task by task, and the work the memory lets
-    # start before each release, holds.ramp_bound: bounds.device_lower_bound), solver,
+    # device (one device at a time, latency and memory delays task by task, the device's work to give
+    # memory back, holds.release_floors, and the work the memory lets start before each release and end
+    # after each tail, holds.device_ramp: bounds.device_lower_bound), solver,
     # relaxation (one device exactly, CP-SAT: search.relax; with Budget.prove only)
     gap: float  # objective / lower_bound - 1
     search_seconds: float
