@@ -1,0 +1,38 @@
+"""bench/bound_gap.py on a bench/vpeers.py --cache file: each row with the limits it was searched
+under, its best makespan among the peers that fit them, and bounds no higher than a valid schedule."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+import bound_gap  # noqa: E402
+
+from tessel.baselines import run_baseline  # noqa: E402
+
+
+def test_a_vpeers_cache_row_is_bounded_below_its_recorded_schedules(tmp_path: Path) -> None:
+    # zbv, 3 devices, 6 micro-batches, unit costs, latency 0.5, under 1F1B's own per-device peaks;
+    # one peer fits them (its peak is 1F1B's), one does not (a device above)
+    key = {"shape": "zbv", "p": 3, "m": 6, "costs": "unit", "latency": True}
+    placement = bound_gap.Config(3, 6, "unit", True).placement("zbv")
+    s = run_baseline("1f1b", placement, 6, None)
+    assert s.errors() == []
+    limit = list(s.peak_memory)
+    over = [limit[0] + 1, *limit[1:]]
+    rows = [{"key": {**key, "kind": "peers", "zb_repo": None},
+             "value": [{"name": "fits", "makespan": s.makespan, "peak": limit},
+                       {"name": "over", "makespan": s.makespan - 5, "peak": over},
+                       {"name": "refused", "error": "no repository"}]},
+            {"key": {**key, "kind": "row", "limit": limit, "memory": "1F1B", "time_limit": 1.0},
+             "value": {"tessel": s.makespan + 1, "alone": s.makespan + 2, "bound": 0}}]
+    path = tmp_path / "cache.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    [(case, tessel, best)] = bound_gap.cases(path, None)
+    assert case.limit == tuple(limit) and case.memory == "1F1B's" and case.latency and case.m == 6
+    assert tessel == s.makespan + 1 and best == s.makespan  # the peer over the limits does not count
+    line, gap, best_gap, own = bound_gap.measure(path.name, case, tessel, best, devices=0, above=1.01)
+    searched = bound_gap.searched(case.placement, case.m, case.limit)
+    assert 0 < searched <= s.makespan and best_gap >= 1 and gap is not None and own is not None
+    assert line.startswith("| cache.jsonl | zbv | 3 | 6 | unit | 1F1B's |") and own >= gap
