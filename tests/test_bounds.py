@@ -3,7 +3,9 @@ optimum on small placements with latency, never below the old bound, and reached
 from __future__ import annotations
 
 import random
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from shared_files import checker_verdict
@@ -74,14 +76,20 @@ def _optimum(p: Placement, n: int, memory: tuple[Number, ...] | int | None) -> t
     return problem.real(res.objective), bounds.lower_bound(p, n), new
 
 
+def _solved(make: Callable[[int], tuple[Placement, int, Any]],
+            seeds: range) -> Iterator[tuple[int, Placement, int, Any, Number, Number, Number]]:
+    """(seed, placement, N, memory, exact optimum, old bound, new bound) of each seed's case that
+    solves to optimality (_optimum)."""
+    for seed in seeds:
+        p, n, memory = make(seed)
+        got = _optimum(p, n, memory)
+        if got is not None:
+            yield seed, p, n, memory, *got
+
+
 def test_the_device_bound_is_below_the_exact_optimum_on_random_placements_with_latency() -> None:
     proven, higher, reached = 0, 0, 0
-    for seed in range(40):
-        p, n, memory = _tiny(seed)
-        got = _optimum(p, n, memory)
-        if got is None:
-            continue
-        opt, old, new = got
+    for seed, *_, opt, old, new in _solved(_tiny, range(40)):
         assert new <= opt + 1e-9, (seed, opt, new)
         assert new >= old - 1e-9, (seed, old, new)
         proven += 1
@@ -224,12 +232,7 @@ def test_the_ramp_at_both_ends_and_the_release_floors_are_below_the_exact_optimu
     (the device's own work to give memory back before a later forward): below the exact optimum
     on random small V placements; each one above the bound without it on several."""
     proven, ends, floors = 0, 0, 0
-    for seed in range(60):
-        p, n, limit = _tiny_v(seed)
-        got = _optimum(p, n, limit)
-        if got is None:
-            continue
-        opt, _, new = got
+    for seed, p, n, limit, opt, _, new in _solved(_tiny_v, range(60)):
         memory = make_problem(p, limit).real_holds()
         with monkeypatch.context() as m:
             m.setattr(bounds, "release_floors", lambda *_: {})
