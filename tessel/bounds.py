@@ -183,6 +183,8 @@ def staggered_releases(p: Placement, micro_batches: int, memory: Memory | None =
       (releases count first at equal times). So sum x * max(0, k + 1 - E(r', t)) <= limit,
       and r[a][k] is at least the least such t. This is where latency meets memory: the k-th
       forward waits for the releases of the backwards a round trip away.
+      The device also runs the tasks that give that memory back, and the allocations that wait
+      for them, before t (holds.release_floors).
     r[b][0] is at least the earliest start (the longest path, latency included)."""
     return _staggered(p, micro_batches, p.topo_order, p.preds,
                       lambda a, x: p.by_id[a].duration + p.edge_latency(a, x), memory, term_work)
@@ -445,4 +447,3 @@ def device_bounds(p: Placement, micro_batches: int, memory: Memory | None = None
         jobs_of = {b.id: [(pt.earliest[b.id], n * b.duration, pt.tail[b.id] - b.duration)] for b in p.blocks}
     return {d: max(one_machine_bound([j for b in p.blocks_on(d) for j in jobs_of[b.id]]), ramps.get(d, 0))
             for d in range(p.devices) if p.blocks_on(d)}
-
