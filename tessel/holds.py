@@ -102,8 +102,8 @@ def ramp_bound(on: Sequence[Block], rows: Mapping[str, Sequence[float] | Vec], l
 
 def ramp_profile(on: Sequence[Block], rows: Mapping[str, Sequence[float] | Vec], limit: Number,
                  holds: Sequence[Hold]) -> tuple[Vec, Vec, float]:
-    """ramp_bound's times R (each distinct least start but the first, rising), the most work of
-    the device that fits before each (rising with R), and the device's whole work W."""
+    """ramp_bound's times R (each distinct least start, rising; none fits before the first), the
+    most work of the device that fits before each (rising with R), and the device's whole work W."""
     alloc: dict[str, float] = {}
     free: dict[str, float] = {}
     for a, r, x in holds:
