@@ -67,12 +67,16 @@ def _variants(p: int, v: int, split: bool) -> Iterator[tuple[Warm, Callable[[int
     for extra in (2, 1, 0, -1):
         for lag in lags:
             yield _warm(extra), lag
+    for cap in range((v - 1) * p + p - 2, 0, -1):  # tighter limits: at most `cap` forwards ahead anywhere
+        for lag in lags:
+            yield _warm(1, cap), lag
 
 
-def _warm(extra: int) -> Warm:
+def _warm(extra: int, cap: int | None = None) -> Warm:
     """Device r's warm-up: the first v - 1 chunk rounds of a group, and `extra` forwards per
-    device after it (Megatron's 2, ZB-H1's 1; -1 holds a group's last micro-batches back)."""
-    return lambda r, p, v: max(1, (v - 1) * p + extra * (p - r - 1))
+    device after it (Megatron's 2, ZB-H1's 1; -1 holds a group's last micro-batches back), at
+    most `cap` (the activations a device holds grow with its warm-up)."""
+    return lambda r, p, v: max(1, min((v - 1) * p + extra * (p - r - 1), cap or p * v))
 
 
 def _window(problem: Problem, n: int, copies: int, starts: dict[Key, int]) -> Modulo | None:
