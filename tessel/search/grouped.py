@@ -14,13 +14,14 @@ right after its B, or kept back behind the device's later B passes (the cool-dow
 ZB-H1's idea, held back by r on device r). Each variant is list scheduled over GROUPS groups and
 the repetend read off its middle: p consecutive micro-batches repeated every shift of the
 group, kept when no two tasks of a device overlap modulo the period and its steady state fits
-the memory limits (fewer warm-up forwards hold less: the variants cover the limits between
-Megatron's warm-up and one group's). Linear walks, no solver.
+the memory limits (fewer warm-up forwards hold less: under tighter limits the warm-ups are
+capped, the largest cap that fits kept; the period grows as the cap falls). Linear walks, no
+solver: GROUPS x p micro-batches, a dozen list schedules at most.
 """
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Sequence
 
 from ..baselines.interleaved import _interleaved_orders, _looped
 from ..baselines.shapes import BaselineError
@@ -33,48 +34,55 @@ from .problem import Problem
 log = logging.getLogger(__name__)
 GROUPS = 6  # groups of p micro-batches list scheduled: warm-up, cool-down and a steady middle
 MOST = 4  # grouped repetends returned at most (the least period per micro-batch, then span, first)
+MOST_TASKS = 20_000  # tasks (micro-batches x blocks) one list schedule may have: above it, none (16 devices: 9,216)
+CAPS = 8  # warm-up caps tried, from one short of Megatron's down (each three list schedules at most)
 Warm = Callable[[int, int, int], int]
+Lag = Callable[[int], int]
 
 
 def grouped(problem: Problem) -> list[Modulo]:
     """The grouped repetends of this looped placement that fit memory, best first; [] when the
-    placement is not a looped pipeline."""
-    units = problem.units
+    placement is not a looped pipeline (or too large to list schedule GROUPS groups). Besides the
+    usual warm-ups, for tighter limits the largest cap on them (of CAPS tried) that fits."""
     try:
-        chain, v = _looped(units)
+        chain, v = _looped(problem.units)
     except BaselineError:
         return []
-    p = units.devices
+    p = problem.units.devices
     n = p * max(GROUPS, v + 3)
-    found: dict[tuple[tuple[tuple[str, int], int], ...], Modulo] = {}
-    for warm, lag in _variants(p, v, bool(chain.weight)):
-        try:
-            starts = earliest_starts(units, n, _interleaved_orders(units, n, warm, lag))
-        except DeadlockError:
-            continue
-        mod = _window(problem, n, p, {k: int(t) for k, t in starts.items()})
-        if mod is not None:
-            found.setdefault(tuple(sorted(mod.starts().items())), mod)
-    ranked = sorted(found.values(), key=lambda m: (m.per_micro_batch, m.span(problem)))
+    if n * len(problem.block_ids) > MOST_TASKS:
+        return []
+    lags: list[Lag] = [lambda r: 0] + ([lambda r: r, lambda r: p - 1 - r] if chain.weight else [])
+    found = _read(problem, n, [(_warm(extra), lag) for extra in (2, 1, 0) for lag in lags])
+    for cap in range((v - 1) * p + p - 2, 0, -1)[:CAPS]:
+        capped = _read(problem, n, [(_warm(1, cap), lag) for lag in lags])
+        found += capped
+        if capped:
+            break
+    unique = {tuple(sorted(m.starts().items())): m for m in found}
+    ranked = sorted(unique.values(), key=lambda m: (m.per_micro_batch, m.span(problem)))
     log.info("grouped repetends: %d (periods %s)", len(ranked), [m.period for m in ranked])
     return ranked[:MOST]
 
 
-def _variants(p: int, v: int, split: bool) -> Iterator[tuple[Warm, Callable[[int], int]]]:
-    """Warm-ups from Megatron's ((v - 1) p + 2 (p - r - 1) forwards on device r) down to one
-    group's round less; W right after B, or held back r passes on device r (split only)."""
-    lags: list[Callable[[int], int]] = [lambda r: 0] + ([lambda r: r, lambda r: p - 1 - r] if split else [])
-    for extra in (2, 1, 0, -1):
-        for lag in lags:
-            yield _warm(extra), lag
-    for cap in range((v - 1) * p + p - 2, 0, -1):  # tighter limits: at most `cap` forwards ahead anywhere
-        for lag in lags:
-            yield _warm(1, cap), lag
+def _read(problem: Problem, n: int, variants: Sequence[tuple[Warm, Lag]]) -> list[Modulo]:
+    """The repetends read off each variant's list schedule of `n` micro-batches."""
+    found = []
+    units = problem.units
+    for warm, lag in variants:
+        try:
+            starts = earliest_starts(units, n, _interleaved_orders(units, n, warm, lag))
+        except DeadlockError:
+            continue
+        mod = _window(problem, n, units.devices, {k: int(t) for k, t in starts.items()})
+        if mod is not None:
+            found.append(mod)
+    return found
 
 
 def _warm(extra: int, cap: int | None = None) -> Warm:
     """Device r's warm-up: the first v - 1 chunk rounds of a group, and `extra` forwards per
-    device after it (Megatron's 2, ZB-H1's 1; -1 holds a group's last micro-batches back), at
+    device after it (Megatron's 2, ZB-H1's 1), at
     most `cap` (the activations a device holds grow with its warm-up)."""
     return lambda r, p, v: max(1, min((v - 1) * p + extra * (p - r - 1), cap or p * v))
 
