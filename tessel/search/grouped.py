@@ -32,7 +32,7 @@ from .modulo import Modulo, fits
 from .problem import Problem
 
 log = logging.getLogger(__name__)
-GROUPS = 6  # groups of p micro-batches list scheduled: warm-up, cool-down and a steady middle
+GROUPS = 8  # groups of p micro-batches list scheduled: warm-up, cool-down and a steady middle
 MOST = 4  # grouped repetends returned at most (the least period per micro-batch, then span, first)
 MOST_TASKS = 20_000  # tasks (micro-batches x blocks) one list schedule may have: above it, none (16 devices: 9,216)
 CAPS = 8  # warm-up caps tried, from one short of Megatron's down (each three list schedules at most)
@@ -84,19 +84,22 @@ def _warm(extra: int, cap: int | None = None) -> Warm:
     """Device r's warm-up: the first v - 1 chunk rounds of a group, and `extra` forwards per
     device after it (Megatron's 2, ZB-H1's 1), at
     most `cap` (the activations a device holds grow with its warm-up)."""
-    return lambda r, p, v: max(1, min((v - 1) * p + extra * (p - r - 1), cap or p * v))
+    return lambda r, p, v: max(1, min((v - 1) * p + extra * (p - r - 1), cap if cap is not None else p * v * p))
 
 
 def _window(problem: Problem, n: int, copies: int, starts: dict[Key, int]) -> Modulo | None:
-    """The first window in the middle third of the schedule whose `copies` micro-batches,
-    repeated every shift of the next group, form a valid repetend that fits memory."""
-    first = problem.block_ids[0]
-    for k in range(n // 3, 2 * n // 3 - copies):
-        period = starts[(first, k + copies)] - starts[(first, k)]
-        if period < copies * problem.period_bound:
-            continue
+    """Of the windows in the middle half of the schedule, `copies` micro-batches repeated every
+    `copies` load bounds or every shift of the next group, the valid repetend that fits memory
+    with the least period (then span). Not the first one: a list schedule settles slowly
+    (interleaved-zb, 6 devices, latency: its groups start 18, 42, then 36 apart, the load bound)."""
+    first, best = problem.block_ids[0], None
+    for k in range(n // 4, 3 * n // 4 - copies):
         pattern = {(b, j): starts[(b, k + j)] for b in problem.block_ids for j in range(copies)}
-        mod = Modulo.from_starts(period, pattern, copies)
-        if _no_overlap(problem, mod) and fits(problem, mod):
-            return mod
-    return None
+        for period in sorted({copies * problem.period_bound, starts[(first, k + copies)] - starts[(first, k)]}):
+            if period < copies * problem.period_bound or (best is not None and period > best.period):
+                continue
+            mod = Modulo.from_starts(period, pattern, copies)
+            if (best is None or (period, mod.span(problem)) < (best.period, best.span(problem))) \
+                    and _no_overlap(problem, mod) and fits(problem, mod):
+                best = mod
+    return best
