@@ -71,10 +71,10 @@ def _read(problem: Problem, n: int, variants: Sequence[tuple[Warm, Lag]]) -> lis
     units = problem.units
     for warm, lag in variants:
         try:
-            starts = earliest_starts(units, n, _interleaved_orders(units, n, warm, lag))
+            starts = {k: int(t) for k, t in earliest_starts(units, n, _interleaved_orders(units, n, warm, lag)).items()}
         except DeadlockError:
             continue
-        mod = _window(problem, n, units.devices, {k: int(t) for k, t in starts.items()})
+        mod = _window(problem, n, units.devices, starts)
         if mod is not None:
             found.append(mod)
     return found
@@ -90,16 +90,20 @@ def _warm(extra: int, cap: int | None = None) -> Warm:
 def _window(problem: Problem, n: int, copies: int, starts: dict[Key, int]) -> Modulo | None:
     """Of the windows in the middle half of the schedule, `copies` micro-batches repeated every
     `copies` load bounds or every shift of the next group, the valid repetend that fits memory
-    with the least period (then span). Not the first one: a list schedule settles slowly
-    (interleaved-zb, 6 devices, latency: its groups start 18, 42, then 36 apart, the load bound)."""
-    first, best = problem.block_ids[0], None
+    with the least period (then span), the first at the load bound. Not the first one that is
+    valid: a list schedule settles slowly (interleaved-zb, 6 devices, latency: its groups start
+    18, 42, then 36 apart, the load bound)."""
+    first, dur = problem.block_ids[0], problem.duration
+    best: tuple[int, int, dict[tuple[str, int], int]] | None = None  # period, span, pattern
     for k in range(n // 4, 3 * n // 4 - copies):
         pattern = {(b, j): starts[(b, k + j)] for b in problem.block_ids for j in range(copies)}
+        span = max(t + dur[b] for (b, _), t in pattern.items()) - min(pattern.values())
         for period in sorted({copies * problem.period_bound, starts[(first, k + copies)] - starts[(first, k)]}):
-            if period < copies * problem.period_bound or (best is not None and period > best.period):
+            if period < copies * problem.period_bound or (best is not None and (period, span) >= best[:2]):
                 continue
             mod = Modulo.from_starts(period, pattern, copies)
-            if (best is None or (period, mod.span(problem)) < (best.period, best.span(problem))) \
-                    and _no_overlap(problem, mod) and fits(problem, mod):
-                best = mod
-    return best
+            if _no_overlap(problem, mod) and fits(problem, mod):
+                best = period, span, pattern
+        if best is not None and best[0] == copies * problem.period_bound:
+            break  # at the load bound: the windows after it are the same steady state
+    return None if best is None else Modulo.from_starts(best[0], best[2], copies)

@@ -5,8 +5,11 @@ On interleaved placements the period search's repetends hold one or two micro-ba
 complete long where latency must be hidden; a group of p micro-batches going through each chunk
 round in turn hides it, and no solve finds that repetend in seconds. So, after the completion
 and only while the best is more than Budget.settle from the proven bound (a settle pass), each
-grouped repetend at most the repetend's period per micro-batch is unrolled and compacted (linear
-builds, no solver: they run even when the completion took the clock, as the plain unroll does);
+grouped repetend is unrolled and compacted (linear builds, no solver: they run even when the
+completion took the clock, as the plain unroll does; a longer period per micro-batch than the
+repetend's may still unroll shorter on few micro-batches: interleaved-zb, 6 devices, unit costs,
+latency 0.5, 18 micro-batches, 12 activations a device: 79 at 7.67 per micro-batch, where the
+repetend at 7 completes to 81.5);
 the shortest is offered, then completed like the repetend (complete.completed) while the clock
 lasts and when the unroll is within Budget.settle of the best (a grouped unroll well behind a
 repetend that meets the load bound completes behind it too: the clock is left to the others). Ranked by the compacted unroll, not by span: at 4 devices, profiled costs and latency,
@@ -32,8 +35,7 @@ def rounds(state: State, clock: Clock) -> None:
     mod = state.modulo
     if mod is None or not state.affords(state.budget.own_builds):
         return
-    todo = [(s, m) for m in grouped(state.problem) if m.per_micro_batch <= mod.per_micro_batch
-            for s in [unrolled(state, m)] if s is not None]
+    todo = [(s, m) for m in grouped(state.problem) for s in [unrolled(state, m)] if s is not None]
     if not todo:
         return
     s, m = min(todo, key=lambda x: x[0].makespan)
