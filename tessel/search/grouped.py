@@ -34,7 +34,8 @@ from .problem import Problem
 log = logging.getLogger(__name__)
 GROUPS = 8  # groups of p micro-batches list scheduled: warm-up, cool-down and a steady middle
 MOST = 4  # grouped repetends returned at most (the least period per micro-batch, then span, first)
-MOST_TASKS = 20_000  # tasks (micro-batches x blocks) one list schedule may have: above it, none (16 devices: 9,216)
+MOST_TASKS = 8_000  # tasks (micro-batches x blocks) one list schedule may have: above it, none (8 devices: 3,072;
+# 16 devices: 12,288, a dozen list schedules of them seconds on a loaded machine, past a 5 s clock)
 CAPS = 8  # warm-up caps tried, from one short of Megatron's down (each three list schedules at most)
 Warm = Callable[[int, int, int], int]
 Lag = Callable[[int], int]
