@@ -1,20 +1,23 @@
-"""Pass (mode tessel): the grouped repetends of a looped placement (grouped.py), unrolled and
-completed.
+"""Passes (mode tessel): the grouped repetends of a looped placement (grouped.py), unrolled,
+then completed.
 
 On interleaved placements the period search's repetends hold one or two micro-batches and
 complete long where latency must be hidden; a group of p micro-batches going through each chunk
-round in turn hides it, and no solve finds that repetend in seconds. So, after the completion
-and only while the best is more than Budget.settle from the proven bound (a settle pass), each
-grouped repetend is unrolled and compacted (linear builds, no solver: they run even when the
-completion took the clock, as the plain unroll does; a longer period per micro-batch than the
-repetend's may still unroll shorter on few micro-batches: interleaved-zb, 6 devices, unit costs,
-latency 0.5, 18 micro-batches, 12 activations a device: 79 at 7.67 per micro-batch, where the
-repetend at 7 completes to 81.5);
-the shortest is offered, then completed like the repetend (complete.completed) while the clock
-lasts and when the unroll is within Budget.settle of the best (a grouped unroll well behind a
-repetend that meets the load bound completes behind it too: the clock is left to the others). Ranked by the compacted unroll, not by span: at 4 devices, profiled costs and latency,
-12 micro-batches, the grouped repetend of least span unrolls to 33.06 (completed: 32.82), the
-other to 32.50 (the peer's hand-made order: 32.48).
+round in turn hides it, and no solve finds that repetend in seconds. So, before the completion
+(its solves may take the rest of a loaded machine's clock), each grouped repetend is unrolled
+and compacted (linear builds, no solver), and the shortest becomes a seed (State.seeds, offered
+after the completion by passes/justify.justify_both and polished by passes/orders.py) and
+State.grouped. Ranked by the compacted unroll, not by span nor by period: at 4 devices,
+profiled costs and latency, 12 micro-batches, the grouped repetend of least span unrolls to
+33.06 (completed: 32.82), the other to 32.50 (the peer's hand-made order: 32.48); a longer period
+per micro-batch than the repetend's may still unroll shorter on few micro-batches
+(interleaved-zb, 6 devices, unit costs, latency 0.5, 18 micro-batches, 12 activations a device:
+79 at 7.67 per micro-batch, where the repetend at 7 completes to 81.5).
+
+After the completion and only while the best is more than Budget.settle from the proven bound
+(a settle pass), the grouped repetend is completed like the search's own (complete.completed)
+when its unroll is within Budget.settle of the best and the clock lasts; the repetend becomes
+it when its unroll or completion is the best.
 """
 from __future__ import annotations
 
@@ -29,22 +32,28 @@ from .complete import completed, sizes, with_kernel
 BASE = "grouped"  # meta.base of a grouped repetend's compacted unroll
 
 
-def rounds(state: State, clock: Clock) -> None:
-    """The shortest compacted unroll of a grouped repetend offered, then that repetend completed
-    when the unroll is close to the best; the repetend becomes it when either is kept."""
-    mod = state.modulo
-    if mod is None or not state.affords(state.budget.own_builds):
+def grouped_seed(state: State, clock: Clock) -> None:
+    """The shortest compacted unroll of a grouped repetend: a seed, and State.grouped."""
+    if state.modulo is None or clock.expired() or not state.affords(state.budget.own_builds):
         return
     todo = [(s, m) for m in grouped(state.problem) for s in [unrolled(state, m)] if s is not None]
     if not todo:
         return
-    s, m = min(todo, key=lambda x: x[0].makespan)
     state.statuses["grouped"] = [x.makespan for x, _ in todo]
-    if state.offer(s):
+    state.grouped = min(todo, key=lambda x: x[0].makespan)
+    state.seeds.append(state.grouped[0])
+
+
+def grouped_completion(state: State, clock: Clock) -> None:
+    """The grouped repetend completed when its unroll is close to the best; the repetend is it
+    when either is the best."""
+    if state.grouped is None or state.best is None:
+        return
+    s, m = state.grouped
+    if state.best is s:
         state.modulo = m
-    if not clock.expired() and state.best is not None and \
-            state.value(s) <= state.value(state.best) * (1 + state.budget.settle) and \
-            state.offer(completed(state, m, clock, "completion_grouped")):
+    if not clock.expired() and state.value(s) <= state.value(state.best) * (1 + state.budget.settle) \
+            and state.offer(completed(state, m, clock, "completion_grouped")):
         state.modulo = m
 
 
