@@ -83,9 +83,11 @@ def _read(problem: Problem, n: int, variants: Sequence[tuple[Warm, Lag]]) -> lis
 
 def _warm(extra: int, cap: int | None = None) -> Warm:
     """Device r's warm-up: the first v - 1 chunk rounds of a group, and `extra` forwards per
-    device after it (Megatron's 2, ZB-H1's 1), at
-    most `cap` (the activations a device holds grow with its warm-up)."""
-    return lambda r, p, v: max(1, min((v - 1) * p + extra * (p - r - 1), cap if cap is not None else p * v * p))
+    device after it (Megatron's 2, ZB-H1's 1), at most `cap` (the activations a device holds
+    grow with its warm-up)."""
+    if cap is None:
+        return lambda r, p, v: max(1, (v - 1) * p + extra * (p - r - 1))
+    return lambda r, p, v: max(1, min((v - 1) * p + extra * (p - r - 1), cap))
 
 
 def _window(problem: Problem, n: int, copies: int, starts: dict[Key, int]) -> Modulo | None:
