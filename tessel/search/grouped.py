@@ -21,6 +21,8 @@ solver: GROUPS x p micro-batches, a dozen list schedules at most.
 from __future__ import annotations
 
 import logging
+import math
+import time
 from collections.abc import Callable, Sequence
 
 from ..baselines.interleaved import _interleaved_orders, _looped
@@ -41,10 +43,12 @@ Warm = Callable[[int, int, int], int]
 Lag = Callable[[int], int]
 
 
-def grouped(problem: Problem) -> list[Modulo]:
+def grouped(problem: Problem, deadline: float = math.inf) -> list[Modulo]:
     """The grouped repetends of this looped placement that fit memory, best first; [] when the
     placement is not a looped pipeline (or too large to list schedule GROUPS groups). Besides the
-    usual warm-ups, for tighter limits the largest cap on them (of CAPS tried) that fits."""
+    usual warm-ups, for tighter limits the largest cap on them (of CAPS tried) that fits. The
+    variants tried by the time.perf_counter() `deadline` only (as fast.constructions: at 8
+    devices a dozen list schedules take a loaded machine's second or two), Megatron's first."""
     try:
         chain, v = _looped(problem.units)
     except BaselineError:
@@ -54,9 +58,9 @@ def grouped(problem: Problem) -> list[Modulo]:
     if n * len(problem.block_ids) > MOST_TASKS:
         return []
     lags: list[Lag] = [lambda r: 0] + ([lambda r: r, lambda r: p - 1 - r] if chain.weight else [])
-    found = _read(problem, n, [(_warm(extra), lag) for extra in (2, 1, 0) for lag in lags])
+    found = _read(problem, n, [(_warm(extra), lag) for extra in (2, 1, 0) for lag in lags], deadline)
     for cap in range((v - 1) * p + p - 2, 0, -1)[:CAPS]:
-        capped = _read(problem, n, [(_warm(1, cap), lag) for lag in lags])
+        capped = _read(problem, n, [(_warm(1, cap), lag) for lag in lags], deadline)
         found += capped
         if capped:
             break
@@ -66,11 +70,13 @@ def grouped(problem: Problem) -> list[Modulo]:
     return ranked[:MOST]
 
 
-def _read(problem: Problem, n: int, variants: Sequence[tuple[Warm, Lag]]) -> list[Modulo]:
-    """The repetends read off each variant's list schedule of `n` micro-batches."""
+def _read(problem: Problem, n: int, variants: Sequence[tuple[Warm, Lag]], deadline: float) -> list[Modulo]:
+    """The repetends read off each variant's list schedule of `n` micro-batches (those begun by `deadline`)."""
     found = []
     units = problem.units
     for warm, lag in variants:
+        if time.perf_counter() > deadline:
+            break
         try:
             starts = {k: int(t) for k, t in earliest_starts(units, n, _interleaved_orders(units, n, warm, lag)).items()}
         except DeadlockError:

@@ -36,7 +36,8 @@ def grouped_seed(state: State, clock: Clock) -> None:
     """The shortest compacted unroll of a grouped repetend: a seed, and State.grouped."""
     if state.modulo is None or clock.expired() or not state.affords(state.budget.own_builds):
         return
-    todo = [(s, m) for m in grouped(state.problem) for s in [unrolled(state, m)] if s is not None]
+    todo = [(s, m) for m in grouped(state.problem, clock.deadline) if not clock.expired()
+            for s in [unrolled(state, m)] if s is not None]
     if not todo:
         return
     state.statuses["grouped"] = [x.makespan for x, _ in todo]
