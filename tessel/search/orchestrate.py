@@ -12,7 +12,7 @@ tessel: the period search brackets between that repetend's period and the bound,
         construction at the period found completed too when a quick completion prefers it
         (passes/shapes.py: the least span misleads on interleaved placements with latency), and
         on looped placements a repetend of p micro-batches run in chunk rounds, unrolled before
-        the completion and completed after it (passes/rounds.py, search/grouped.py: no solve
+        the period search and completed after the completion (passes/rounds.py, search/grouped.py: no solve
         finds it in seconds).
 fast:   constructed repetend, the solver only polishes its span (stops when it stalls), the whole
         schedule justified backward and forward by list scheduling (justify.py), completion.
@@ -101,9 +101,9 @@ COMPLETION = (
 )
 TESSEL = (
     Pass("listed", listed),  # a repetend read off a list schedule: the period search's start when better
+    Pass("grouped", grouped_seed),  # a looped placement's p-copy repetends, unrolled: the shortest a seed
     Pass("repetend", period_search, lambda b: b.repetend_share),
     Pass("repetend", retry, lambda b: b.retry_share),  # the periods left undecided, more work each
-    Pass("grouped", grouped_seed),  # a looped placement's p-copy repetends, unrolled: the shortest a seed
     *COMPLETION[:3],
     Pass("shapes", shapes, rivals=True, settle=True),  # a construction at the period found, when it completes shorter
     Pass("grouped", grouped_completion, rivals=True, settle=True),  # ... completed, when close to the best

@@ -3,8 +3,9 @@ then completed.
 
 On interleaved placements the period search's repetends hold one or two micro-batches and
 complete long where latency must be hidden; a group of p micro-batches going through each chunk
-round in turn hides it, and no solve finds that repetend in seconds. So, before the completion
-(its solves may take the rest of a loaded machine's clock), each grouped repetend is unrolled
+round in turn hides it, and no solve finds that repetend in seconds. So, before the period
+search and the completion (their solves may take the rest of a loaded machine's clock: at 8
+devices the list schedules alone take it a second or two), each grouped repetend is unrolled
 and compacted (linear builds, no solver), and the shortest becomes a seed (State.seeds, offered
 after the completion by passes/justify.justify_both and polished by passes/orders.py) and
 State.grouped. Ranked by the compacted unroll, not by span nor by period: at 4 devices,
@@ -34,7 +35,7 @@ BASE = "grouped"  # meta.base of a grouped repetend's compacted unroll
 
 def grouped_seed(state: State, clock: Clock) -> None:
     """The shortest compacted unroll of a grouped repetend: a seed, and State.grouped."""
-    if state.modulo is None or clock.expired() or not state.affords(state.budget.own_builds):
+    if clock.expired() or not state.affords(state.budget.own_builds):
         return
     todo = [(s, m) for m in grouped(state.problem, clock.deadline) if not clock.expired()
             for s in [unrolled(state, m)] if s is not None]
