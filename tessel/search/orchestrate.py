@@ -10,7 +10,10 @@ tessel: the period search brackets between that repetend's period and the bound,
         undecided are tried again with more work on the clock it left), then completion, and the
         completed schedule and (few micro-batches) the plain unroll justified as fast's is; a
         construction at the period found completed too when a quick completion prefers it
-        (passes/shapes.py: the least span misleads on interleaved placements with latency).
+        (passes/shapes.py: the least span misleads on interleaved placements with latency), and
+        on looped placements a repetend of p micro-batches run in chunk rounds, unrolled before
+        the period search and completed after the completion (passes/rounds.py, search/grouped.py: no solve
+        finds it in seconds).
 fast:   constructed repetend, the solver only polishes its span (stops when it stalls), the whole
         schedule justified backward and forward by list scheduling (justify.py), completion.
 exact:  the tessel schedule as a hint, then the whole N-micro-batch problem in one solve.
@@ -41,6 +44,7 @@ from .passes.orders import orders
 from .passes.period import period_search, polish, retry
 from .passes.race import cheap, late, racing
 from .passes.rivals import completed_baseline
+from .passes.rounds import grouped_completion, grouped_seed
 from .passes.shapes import shapes
 from .passes.start import listed, start
 from .passes.whole import exact, hinted, whole
@@ -97,10 +101,12 @@ COMPLETION = (
 )
 TESSEL = (
     Pass("listed", listed),  # a repetend read off a list schedule: the period search's start when better
+    Pass("grouped", grouped_seed),  # a looped placement's p-copy repetends, unrolled: the shortest a seed
     Pass("repetend", period_search, lambda b: b.repetend_share),
     Pass("repetend", retry, lambda b: b.retry_share),  # the periods left undecided, more work each
     *COMPLETION[:3],
     Pass("shapes", shapes, rivals=True, settle=True),  # a construction at the period found, when it completes shorter
+    Pass("grouped", grouped_completion, rivals=True, settle=True),  # ... completed, when close to the best
     *COMPLETION[3:],
 )
 PASSES: dict[str, tuple[Pass, ...]] = {

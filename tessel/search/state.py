@@ -38,6 +38,8 @@ class State:
     # schedules the order polish starts from too (passes/orders.py): a justified one that lost to the
     # best on the grid may polish shorter on the real durations
     seeds: list[Schedule] = field(default_factory=list)
+    # a looped placement's grouped repetend and its unroll, one of the seeds (passes/rounds.py)
+    grouped: tuple[Schedule, Modulo] | None = None
     statuses: dict[str, Any] = field(default_factory=dict)  # of every solve, by phase
     seconds: dict[str, float] = field(default_factory=dict)  # by phase
     solver_bound: int | None = None  # grid units: a bound on the makespan proven by a solve

@@ -6,6 +6,7 @@ start.py     a repetend that fits memory (a construction, one micro-batch at a t
 period.py    the repetend: tessel's period search and its retry; fast's construction and polish
 complete.py  warm-up and cool-down around the repetend, the deepest repetend at its period
 shapes.py    a construction at the repetend's period, completed when a quick completion prefers it
+rounds.py    a looped placement's grouped repetends (p micro-batches a period), unrolled and completed
 rivals.py    the best baseline on the grid, completed, when it beats our own
 whole.py     for few tasks, one solve of the whole problem hinted by the best so far; mode exact
 orders.py    the best schedule's orders polished on the real durations (search/polish.py)
