@@ -43,6 +43,7 @@ from .passes.race import cheap, late, racing
 from .passes.rivals import completed_baseline
 from .passes.shapes import shapes
 from .passes.start import listed, start
+from .passes.vstart import vmem_start
 from .passes.whole import exact, hinted, whole
 from .polish import MOST_TASKS
 from .problem import make_problem
@@ -97,6 +98,7 @@ COMPLETION = (
 )
 TESSEL = (
     Pass("listed", listed),  # a repetend read off a list schedule: the period search's start when better
+    Pass("vmem_start", vmem_start),  # V under a tight limit: v-mem's steady state, when better still
     Pass("repetend", period_search, lambda b: b.repetend_share),
     Pass("repetend", retry, lambda b: b.retry_share),  # the periods left undecided, more work each
     *COMPLETION[:3],

@@ -1,0 +1,76 @@
+"""Pass (mode tessel): on a V placement under a tight memory limit, the v-mem construction
+(tessel.baselines.vmem) as the search's own start: its steady state as the period search's
+repetend, and its schedule as a first answer.
+
+The period search starts from the smallest construction that fits memory, or a repetend read
+off its list schedule (start.py). On `zbv` with a limit below ZB-V's (V-Half's and V-Min's
+memory, profiled costs) neither is near the load bound, and the period search cannot decide the
+periods between them and the bound in seconds (p = 6, V-Half's memory, 5 s: the search alone
+7% above V-Half). The v-mem family keeps a V's activations as few as the limit asks by
+construction and repeats every micro-batch at or near the load bound, so:
+
+- its middle micro-batches are a repetend (justify.best_window: devices and memory checked) that
+  replaces state.start when its period per micro-batch is smaller (or the same, span shorter);
+- its schedule on the grid placement, compacted, is a seed (State.seeds, base `v-mem
+  construction`): offered after the completion (justify_both), polished on the real durations
+  (passes/orders.py) when it loses there.
+
+Only where v-mem is not futile (vmem_futile: ZB-V's hand order does not fit the limit), so the
+other placements never pay for it: one build of the family on the grid placement (0.3-2 s at
+p = 4-8), on at least READ micro-batches (a middle third that holds the steady state).
+"""
+from __future__ import annotations
+
+import logging
+
+from ...baselines import BASELINES, BaselineError, futile, why_not
+from ...key import Key
+from ...schedule import ScheduleError
+from ..budget import Clock
+from ..completion import compact
+from ..justify import best_window
+from ..state import State
+from .complete import with_kernel
+
+log = logging.getLogger(__name__)
+
+METHOD = "v-mem"
+BASE = "v-mem construction"
+READ = 12  # micro-batches built at least: the read-off's middle third (4) holds the steady state
+
+
+def vmem_start(state: State, clock: Clock) -> None:
+    """The v-mem construction as the search's start and first schedule (module doc)."""
+    p, start = state.problem, state.start
+    if start is None or start.per_micro_batch <= p.period_floor or clock.expired():
+        return
+    n = max(state.micro_batches, READ)
+    starts = _built(state, n)
+    if starts is None:
+        return
+    mod = best_window(p, n, starts)
+    if mod is not None and (mod.per_micro_batch, mod.span(p)) < (start.per_micro_batch, start.span(p)):
+        state.start = mod
+        state.statuses["vmem_start"] = [p.real(mod.period), mod.copies, p.real(mod.span(p))]
+    if n == state.micro_batches:
+        kernels = [(mod.period, mod.copies)] if mod is not None else []
+        seed = with_kernel(p, n, starts, kernels, BASE) or with_kernel(p, n, starts, [], BASE)
+        if seed is not None:
+            state.seeds.append(seed)
+
+
+def _built(state: State, n: int) -> dict[Key, int] | None:
+    """v-mem's schedule of `n` micro-batches on the grid placement, compacted; None where v-mem
+    does not apply, is futile, does not fit the clock or finds nothing under the limit."""
+    p = state.problem
+    units, limit = p.units, p.limit
+    if why_not(METHOD, units) is not None or futile(METHOD, units, n, limit) is not None:
+        return None
+    if not state.affords(state.budget.own_builds, n):
+        return None
+    try:
+        s = BASELINES[METHOD](units, n, limit)
+    except (BaselineError, ScheduleError) as e:
+        log.info("v-mem start: %s", e)
+        return None
+    return compact(p, n, {k: int(round(v)) for k, v in s.start.items()})
