@@ -15,7 +15,8 @@ construction and repeats every micro-batch at or near the load bound, so:
   construction`): offered after the completion (justify_both), polished on the real durations
   (passes/orders.py) when it loses there.
 
-Only where v-mem is not futile (vmem_futile: ZB-V's hand order does not fit the limit), so the
+Not when the race ran first and v-mem with it (the raced schedule is in hand, and polished
+when best: passes/orders.py). Only where v-mem is not futile (vmem_futile: ZB-V's hand order does not fit the limit), so the
 other placements never pay for it: one build of the family on the grid placement (0.3-2 s at
 p = 4-8), on at least READ micro-batches (a middle third that holds the steady state).
 """
@@ -42,8 +43,9 @@ READ = 12  # micro-batches built at least: the read-off's middle third (4) holds
 def vmem_start(state: State, clock: Clock) -> None:
     """The v-mem construction as the search's start and first schedule (module doc)."""
     p, start = state.problem, state.start
-    if start is None or start.per_micro_batch <= p.period_floor or clock.expired():
-        return
+    if start is None or start.per_micro_batch <= p.period_floor or clock.expired() \
+            or any(r.meta.get("method") == METHOD for r in state.rivals):
+        return  # raced first: the same family is in hand already, and the clock is better spent on our own
     n = max(state.micro_batches, READ)
     starts = _built(state, n)
     if starts is None:
