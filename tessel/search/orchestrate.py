@@ -43,7 +43,7 @@ from .passes.race import cheap, late, racing
 from .passes.rivals import completed_baseline
 from .passes.shapes import shapes
 from .passes.start import listed, start
-from .passes.vstart import vmem_start
+from .passes.vstart import vmem_seed, vmem_start
 from .passes.whole import exact, hinted, whole
 from .polish import MOST_TASKS
 from .problem import make_problem
@@ -104,6 +104,7 @@ TESSEL = (
     *COMPLETION[:3],
     Pass("shapes", shapes, rivals=True, settle=True),  # a construction at the period found, when it completes shorter
     *COMPLETION[3:],
+    Pass("vmem_seed", vmem_seed, always=True),  # the v-mem seed, if nothing offered it yet
 )
 PASSES: dict[str, tuple[Pass, ...]] = {
     "tessel": TESSEL,

@@ -12,13 +12,13 @@ construction and repeats every micro-batch at or near the load bound, so:
 - its middle micro-batches are a repetend (justify.best_window: devices and memory checked) that
   replaces state.start when its period per micro-batch is smaller (or the same, span shorter);
 - its schedule on the grid placement, compacted, is a seed (State.seeds, base `v-mem
-  construction`): offered after the completion (justify_both), polished on the real durations
-  (passes/orders.py) when it loses there.
+  construction`): offered after the completion (justify_both, else `vmem_seed` at the end of
+  the passes), polished on the real durations (passes/orders.py) when it loses there.
 
 Not when the race ran first and v-mem with it (the raced schedule is in hand, and polished
 when best: passes/orders.py). Only where v-mem is not futile (vmem_futile: ZB-V's hand order does not fit the limit), so the
 other placements never pay for it: one build of the family on the grid placement (0.3-2 s at
-p = 4-8), on at least READ micro-batches (a middle third that holds the steady state).
+p = 4-8); its repetend read off from READ micro-batches on.
 """
 from __future__ import annotations
 
@@ -37,28 +37,26 @@ log = logging.getLogger(__name__)
 
 METHOD = "v-mem"
 BASE = "v-mem construction"
-READ = 12  # micro-batches built at least: the read-off's middle third (4) holds the steady state
+READ = 12  # micro-batches the read-off needs at least: a middle third (4) that holds the steady state
 
 
 def vmem_start(state: State, clock: Clock) -> None:
     """The v-mem construction as the search's start and first schedule (module doc)."""
-    p, start = state.problem, state.start
+    p, start, n = state.problem, state.start, state.micro_batches
     if start is None or start.per_micro_batch <= p.period_floor or clock.expired() \
             or any(r.meta.get("method") == METHOD for r in state.rivals):
         return  # raced first: the same family is in hand already, and the clock is better spent on our own
-    n = max(state.micro_batches, READ)
     starts = _built(state, n)
     if starts is None:
         return
-    mod = best_window(p, n, starts)
+    mod = best_window(p, n, starts) if n >= READ else None
     if mod is not None and (mod.per_micro_batch, mod.span(p)) < (start.per_micro_batch, start.span(p)):
         state.start = mod
         state.statuses["vmem_start"] = [p.real(mod.period), mod.copies, p.real(mod.span(p))]
-    if n == state.micro_batches:
-        kernels = [(mod.period, mod.copies)] if mod is not None else []
-        seed = with_kernel(p, n, starts, kernels, BASE) or with_kernel(p, n, starts, [], BASE)
-        if seed is not None:
-            state.seeds.append(seed)
+    kernels = [(mod.period, mod.copies)] if mod is not None else []
+    seed = with_kernel(p, n, starts, kernels, BASE) or with_kernel(p, n, starts, [], BASE)
+    if seed is not None:
+        state.seeds.append(seed)
 
 
 def _built(state: State, n: int) -> dict[Key, int] | None:
@@ -76,3 +74,12 @@ def _built(state: State, n: int) -> dict[Key, int] | None:
         log.info("v-mem start: %s", e)
         return None
     return compact(p, n, {k: int(round(v)) for k, v in s.start.items()})
+
+
+def vmem_seed(state: State, clock: Clock) -> None:
+    """After the passes of mode tessel: the v-mem seed offered if it is still a seed (justify_both
+    offers the seeds only when the clock holds a completion's builds; a loaded machine may leave
+    it none, and the seed was already paid for)."""
+    for s in [x for x in state.seeds if x.meta.get("base") == BASE]:
+        if state.offer(s):
+            state.seeds.remove(s)
