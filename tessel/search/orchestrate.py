@@ -104,7 +104,7 @@ TESSEL = (
     *COMPLETION[:3],
     Pass("shapes", shapes, rivals=True, settle=True),  # a construction at the period found, when it completes shorter
     *COMPLETION[3:],
-    Pass("vmem_seed", vmem_seed, always=True),  # the v-mem seed, if nothing offered it yet
+    Pass("vmem_seed", vmem_seed),  # the v-mem seed, if nothing offered it yet
 )
 PASSES: dict[str, tuple[Pass, ...]] = {
     "tessel": TESSEL,
