@@ -97,8 +97,8 @@ COMPLETION = (
     Pass("whole", whole, rivals=True, settle=True),  # few tasks: one solve of the whole problem, with a stall
 )
 TESSEL = (
+    Pass("vmem_start", vmem_start),  # V under a tight limit: v-mem's steady state when better, and a seed
     Pass("listed", listed),  # a repetend read off a list schedule: the period search's start when better
-    Pass("vmem_start", vmem_start),  # V under a tight limit: v-mem's steady state, when better still
     Pass("repetend", period_search, lambda b: b.repetend_share),
     Pass("repetend", retry, lambda b: b.retry_share),  # the periods left undecided, more work each
     *COMPLETION[:3],

@@ -11,14 +11,13 @@ construction and repeats every micro-batch at or near the load bound, so:
 
 - its middle micro-batches are a repetend (justify.best_window: devices and memory checked) that
   replaces state.start when its period per micro-batch is smaller (or the same, span shorter);
-- its schedule on the grid placement, compacted, is a seed (State.seeds, base `v-mem
+- its orders replayed on the grid placement are a seed (State.seeds, base `v-mem
   construction`): offered after the completion (justify_both, else `vmem_seed` at the end of
   the passes), polished on the real durations (passes/orders.py) when it loses there.
 
 Not when the race ran first and v-mem with it (the raced schedule is in hand, and polished
 when best: passes/orders.py). Only where v-mem is not futile (vmem_futile: ZB-V's hand order does not fit the limit), so the
-other placements never pay for it: one build of the family on the grid placement (0.3-2 s at
-p = 4-8); its repetend read off from READ micro-batches on.
+other placements never pay for it: one build of the family (0.3-2 s at p = 4-8); its repetend read off from READ micro-batches on.
 """
 from __future__ import annotations
 
@@ -27,8 +26,8 @@ import logging
 from ...baselines import BASELINES, BaselineError, futile, why_not
 from ...key import Key
 from ...schedule import ScheduleError
+from ...timing import earliest_starts, orders_from_starts
 from ..budget import Clock
-from ..completion import compact
 from ..justify import best_window
 from ..state import State
 from .complete import with_kernel
@@ -43,8 +42,7 @@ READ = 12  # micro-batches the read-off needs at least: a middle third (4) that 
 def vmem_start(state: State, clock: Clock) -> None:
     """The v-mem construction as the search's start and first schedule (module doc)."""
     p, start, n = state.problem, state.start, state.micro_batches
-    if start is None or start.per_micro_batch <= p.period_floor or clock.expired() \
-            or any(r.meta.get("method") == METHOD for r in state.rivals):
+    if start is None or clock.expired() or any(r.meta.get("method") == METHOD for r in state.rivals):
         return  # raced first: the same family is in hand already, and the clock is better spent on our own
     starts = _built(state, n)
     if starts is None:
@@ -60,20 +58,23 @@ def vmem_start(state: State, clock: Clock) -> None:
 
 
 def _built(state: State, n: int) -> dict[Key, int] | None:
-    """v-mem's schedule of `n` micro-batches on the grid placement, compacted; None where v-mem
-    does not apply, is futile, does not fit the clock or finds nothing under the limit."""
+    """v-mem's orders of `n` micro-batches, built on the real placement (its walk places the W
+    passes on the real durations and latencies, where the grid's rounding would move them) and
+    replayed as early as they allow on the grid; None where v-mem does not apply, is futile, does not fit
+    the clock or finds nothing under the limit."""
     p = state.problem
-    units, limit = p.units, p.limit
-    if why_not(METHOD, units) is not None or futile(METHOD, units, n, limit) is not None:
+    real, limit = p.placement, p.real_limit()
+    if why_not(METHOD, real) is not None or futile(METHOD, real, n, limit) is not None:
         return None
     if not state.affords(state.budget.own_builds, n):
         return None
     try:
-        s = BASELINES[METHOD](units, n, limit)
+        s = BASELINES[METHOD](real, n, limit)
     except (BaselineError, ScheduleError) as e:
         log.info("v-mem start: %s", e)
         return None
-    return compact(p, n, {k: int(round(v)) for k, v in s.start.items()})
+    grid = earliest_starts(p.units, n, orders_from_starts(real, s.start))
+    return {key: int(v) for key, v in grid.items()}
 
 
 def vmem_seed(state: State, clock: Clock) -> None:
