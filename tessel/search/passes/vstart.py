@@ -16,8 +16,9 @@ construction and repeats every micro-batch at or near the load bound, so:
   the passes), polished on the real durations (passes/orders.py) when it loses there.
 
 Not when the race ran first and v-mem with it (the raced schedule is in hand, and polished
-when best: passes/orders.py). Only where v-mem is not futile (vmem_futile: ZB-V's hand order does not fit the limit), so the
-other placements never pay for it: one build of the family (0.3-2 s at p = 4-8); its repetend read off from READ micro-batches on.
+when best: passes/orders.py). Only where v-mem is not futile (vmem_futile: ZB-V's hand order
+does not fit the limit), so the other placements never pay for it: one build of the family
+(0.3-2 s at p = 4-8); its repetend read off from READ micro-batches on.
 """
 from __future__ import annotations
 
@@ -52,7 +53,11 @@ def vmem_start(state: State, clock: Clock) -> None:
         state.start = mod
         state.statuses["vmem_start"] = [p.real(mod.period), mod.copies, p.real(mod.span(p))]
     kernels = [(mod.period, mod.copies)] if mod is not None else []
-    seed = with_kernel(p, n, starts, kernels, BASE) or with_kernel(p, n, starts, [], BASE)
+    try:
+        seed = with_kernel(p, n, starts, kernels, BASE) or with_kernel(p, n, starts, [], BASE)
+    except ScheduleError as e:  # the grid's rounding may take the orders over a rule: no seed then
+        log.info("v-mem seed: %s", e)
+        return
     if seed is not None:
         state.seeds.append(seed)
 
@@ -60,8 +65,8 @@ def vmem_start(state: State, clock: Clock) -> None:
 def _built(state: State, n: int) -> dict[Key, int] | None:
     """v-mem's orders of `n` micro-batches, built on the real placement (its walk places the W
     passes on the real durations and latencies, where the grid's rounding would move them) and
-    replayed as early as they allow on the grid; None where v-mem does not apply, is futile, does not fit
-    the clock or finds nothing under the limit."""
+    replayed as early as they allow on the grid; None where v-mem does not apply, is futile,
+    does not fit the clock or finds nothing under the limit."""
     p = state.problem
     real, limit = p.placement, p.real_limit()
     if why_not(METHOD, real) is not None or futile(METHOD, real, n, limit) is not None:
