@@ -50,6 +50,11 @@ KEEP = 4  # blocks timed over every micro-batch, the best over a few
 # its length (with latency, a forward's input often lands a little after a W would have to start:
 # 0.4-1.4% shorter at p = 6, V-Half's memory), the best timed with both
 SLACKS = (0.0, 0.5)
+# how long a device about to start a ready forward waits for one nearer the loss (wfill's `wait`,
+# a fraction of the forward's length): with latency, V-Half's memory, p = 6, profiled costs,
+# m = 12 / 18: 38.612 -> 38.176 / 53.804 -> 53.368 (micro-batch 0's trip back up the V is not
+# held behind one more chunk-0 forward); the final timings try both
+WAITS = (0.0, 0.2)
 
 
 @dataclass(frozen=True)
@@ -195,15 +200,16 @@ def _fitting(p: Placement, c: Chain, n: int, limit: Sequence[Number] | None,
 
 def _shortest(p: Placement, c: Chain, n: int, limit: Sequence[Number] | None,
               fits: list[tuple[Gaps, list[list[Key]]]],
-              slacks: Sequence[float] = (0.0,)) -> list[tuple[Number, Gaps, dict[Key, Number]]]:
-    """The fitting blocks timed (with each W filling's slack), shortest first; a timing cut off
-    once it cannot beat the best so far."""
+              slacks: Sequence[float] = (0.0,),
+             waits: Sequence[float] = (0.0,)) -> list[tuple[Number, Gaps, dict[Key, Number]]]:
+    """The fitting blocks timed (with each W filling's slack and forward wait), shortest first;
+    a timing cut off once it cannot beat the best so far."""
     late = set(c.weight.values())
     best: Number = math.inf
     out = []
-    for (g, orders), slack in itertools.product(fits, slacks):
+    for (g, orders), slack, wait in itertools.product(fits, slacks, waits):
         starts = fill_weights(p, [[x for x in o if x[0] not in late] for o in orders], c.weight, limit, best,
-                              slack=slack)
+                              slack=slack, wait=wait)
         if starts is not None:
             length = span(p, starts)
             best = min(best, length)
@@ -221,7 +227,7 @@ def vmem_starts(p: Placement, c: Chain, n: int, limit: Sequence[Number] | None) 
     # the best blocks over every micro-batch, each with the leaner warm-up too (it moves only the
     # warm-up, which the few micro-batches do not weigh against the steady state)
     keep = [replace(g, lean=lean) for _, g, _ in tried[:KEEP] for lean in (0, 1)]
-    tried = _shortest(p, c, n, limit, _fitting(p, c, n, limit, keep), SLACKS)
+    tried = _shortest(p, c, n, limit, _fitting(p, c, n, limit, keep), SLACKS, WAITS)
     if not tried:
         raise BaselineError("no block of the family fits the memory limit")
     return tried[0][2]

@@ -26,8 +26,10 @@ LOOKAHEAD = 4  # places on in its device's order a ready task may come from
 
 class _Walk:
     def __init__(self, p: Placement, orders: Sequence[Sequence[Key]], weight: dict[str, str],
-                 limit: Sequence[Number] | None, cutoff: Number, reorder: bool, slack: float = 0.0) -> None:
+                 limit: Sequence[Number] | None, cutoff: Number, reorder: bool, slack: float = 0.0,
+                 wait: float = 0.0) -> None:
         self.p, self.weight, self.cutoff, self.reorder, self.slack = p, weight, cutoff, reorder, slack
+        self.wait = wait
         self.orders = [list(o) for o in orders]  # a ready task may move up its device's order
         # W passes the orders list stay where they are; only the others are filled in
         late = set(weight.values())
@@ -86,6 +88,25 @@ class _Walk:
                 return i
         return None
 
+    def _nearer_soon(self, d: int, t: Number) -> Number | None:
+        """With the next task a ready forward: when a forward nearer the loss among the forwards
+        right after it (as in _nearer_loss) is ready within `wait` of the next one's length, the
+        time it is: the device waits for it rather than start the farther one (with latency, a
+        V's chunk-1 forward arrives a latency after the device could start one more chunk-0
+        forward, and that forward would hold micro-batch 0's trip back up the V for its whole
+        length)."""
+        order, by = self.orders[d], self.p.by_id
+        b, _ = order[self.pos[d]]
+        here, horizon = self.rank[b], t + self.wait * by[b].duration
+        for i in range(self.pos[d] + 1, min(len(order), self.pos[d] + 1 + LOOKAHEAD)):
+            b2, m2 = order[i]
+            if by[b2].memory <= 0:
+                return None
+            r, known = self._ready(b2, m2)
+            if self.rank[b2] > here and known and t + EPS < r <= horizon + EPS:
+                return r
+        return None
+
     def _ready_later(self, d: int, t: Number) -> int | None:
         """The place of a task a few places on in d's order that is ready at `t` and may run now
         rather than the device wait: a backward (it holds no memory), or a forward that only
@@ -112,6 +133,10 @@ class _Walk:
         r, known = self._ready(b, m)
         near = self.reorder and known and r <= t + EPS and blk.memory > 0
         jump = self._nearer_loss(d, t) if near else None
+        soon = self._nearer_soon(d, t) if near and jump is None and self.wait > 0 else None
+        if soon is not None:
+            self.cur[d] = soon
+            return None
         if known and r <= t + EPS and jump is None:
             self.pos[d] += 1
             return self._put(d, (b, m), t)
@@ -145,10 +170,12 @@ class _Walk:
 
 def fill_weights(p: Placement, orders: Sequence[Sequence[Key]], weight: dict[str, str],
                  limit: Sequence[Number] | None, cutoff: Number = math.inf,
-                 reorder: bool = True, slack: float = 0.0) -> dict[Key, Number] | None:
+                 reorder: bool = True, slack: float = 0.0, wait: float = 0.0) -> dict[Key, Number] | None:
     """Start times of the F/B `orders` with each device's W passes that the orders leave out
     filled in (a W the orders list runs where it is); None as soon as the makespan is sure to
     exceed `cutoff`. Without `reorder`, every device runs its order as given (W passes aside).
     A pending W fills a wait that is at least (1 - `slack`) of its length (0: only where it
-    delays nothing; 0.5: it may delay the next task by up to half its length)."""
-    return _Walk(p, orders, weight, limit, cutoff, reorder, slack).run()
+    delays nothing; 0.5: it may delay the next task by up to half its length). With `wait` > 0,
+    a device about to run a ready forward waits up to `wait` of its length for a forward nearer
+    the loss among the next ones in its order (_Walk._nearer_soon)."""
+    return _Walk(p, orders, weight, limit, cutoff, reorder, slack, wait).run()

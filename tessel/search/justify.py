@@ -109,6 +109,12 @@ def listed_repetend(problem: Problem, seed: Modulo) -> Modulo | None:
     return best
 
 
+def best_window(problem: Problem, n: int, starts: Starts) -> Modulo | None:
+    """The repetend of least period per micro-batch (then span) read off the middle of a
+    schedule of `n` micro-batches (`_windows`), or None."""
+    return min(_windows(problem, n, starts), key=lambda m: (m.per_micro_batch, m.span(problem)), default=None)
+
+
 def _windows(problem: Problem, n: int, starts: Starts) -> list[Modulo]:
     """The valid repetends in the middle third of a schedule: for c copies (a looped pipeline's
     list schedule cycles through p micro-batches), micro-batches k..k+c-1 repeated every c

@@ -47,6 +47,7 @@ from .passes.rivals import completed_baseline
 from .passes.rounds import grouped_completion, grouped_seed
 from .passes.shapes import shapes
 from .passes.start import listed, start
+from .passes.vstart import vmem_seed, vmem_start
 from .passes.whole import exact, hinted, whole
 from .polish import MOST_TASKS
 from .problem import make_problem
@@ -100,6 +101,7 @@ COMPLETION = (
     Pass("whole", whole, rivals=True, settle=True),  # few tasks: one solve of the whole problem, with a stall
 )
 TESSEL = (
+    Pass("vmem_start", vmem_start),  # V under a tight limit: v-mem's steady state when better, and a seed
     Pass("listed", listed),  # a repetend read off a list schedule: the period search's start when better
     Pass("grouped", grouped_seed),  # a looped placement's p-copy repetends, unrolled: the shortest a seed
     Pass("repetend", period_search, lambda b: b.repetend_share),
@@ -108,6 +110,7 @@ TESSEL = (
     Pass("shapes", shapes, rivals=True, settle=True),  # a construction at the period found, when it completes shorter
     Pass("grouped", grouped_completion, rivals=True, settle=True),  # ... completed, when close to the best
     *COMPLETION[3:],
+    Pass("vmem_seed", vmem_seed),  # the v-mem seed, if nothing offered it yet
 )
 PASSES: dict[str, tuple[Pass, ...]] = {
     "tessel": TESSEL,
