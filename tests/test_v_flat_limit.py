@@ -92,7 +92,32 @@ def test_the_race_builds_v_mem_under_a_deadline_and_closed_forms_without(monkeyp
     monkeypatch.setattr(race, "run_baseline", spy)
     s = search(z, 8, memory=4, time_limit=3)  # V-Min's memory: v-mem races (zb-v-hand does not fit)
     assert s.errors() == [] and max(s.peak_memory) <= 4
-    assert math.isfinite(seen["v-mem"]) and math.isfinite(seen["greedy"]), seen
+    assert math.isfinite(seen["v-mem"]), seen
     assert all(math.isinf(t) for name, t in seen.items() if race.linear(name, z)), seen
+    s.save(tmp_path / "s.json")
+    checker_verdict(tmp_path / "s.json")
+
+
+def test_the_race_takes_its_share_of_the_clock_in_all(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # each build used to be weighed against half the time left when it started: five builds not
+    # in closed form took 10 of a 20 s search at p = 16 on 2 loaded cores. Builds that cost wall
+    # time and no CPU (a loaded machine) stand in here: 0.8 s each, six of them (1f1b is not in
+    # closed form on the V), in a race of at most half a 6 s search's clock: each started while
+    # the clock left had time, the sixth 4 s after the first
+    from tessel.search.solver import load
+    load()  # CP-SAT's import (seconds on a loaded machine) off the clock measured here
+    z = library.zbv(4, forward=0.5, backward=0.488, weight=0.252, latency=0.032)
+    real = race.run_baseline
+    starts: dict[str, float] = {}
+
+    def slow(name: str, *a: object, **k: object) -> object:
+        if not race.linear(name, z):
+            starts[name] = time.perf_counter()
+            time.sleep(0.8)
+        return real(name, *a, **k)  # type: ignore[arg-type]
+    monkeypatch.setattr(race, "run_baseline", slow)
+    s = search(z, 16, memory=4, time_limit=6)
+    assert s.errors() == [] and max(s.peak_memory) <= 4
+    assert starts and max(starts.values()) - min(starts.values()) < 0.5 * 6 and "greedy" not in starts, starts
     s.save(tmp_path / "s.json")
     checker_verdict(tmp_path / "s.json")

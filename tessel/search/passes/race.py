@@ -28,8 +28,7 @@ BASELINE_TASKS = 40_000  # every raced baseline runs up to this many tasks (N x 
 
 
 def racing(share: Callable[[Budget], float]) -> Callable[[State, Clock], None]:
-    """The race, where a baseline that would take more than `share` of the time left when it
-    starts is skipped."""
+    """The race, in at most `share` of the time left when it starts."""
     def run(state: State, clock: Clock) -> None:
         race(state, clock, share(state.budget))
     return run
@@ -52,9 +51,11 @@ def cheap(state: State) -> bool:
 
 
 def race(state: State, clock: Clock, share: float | None = 1.0) -> None:
-    """The applicable baselines on the real placement, in `order`, into state.rivals, once. One
-    that would take more than `share` of the clock left is skipped (with no share, none is), and
-    so is one over the limit or `futile` there (v-mem where ZB-V's hand order fits)."""
+    """The applicable baselines on the real placement, in `order`, into state.rivals, once. The
+    race takes at most `share` of the clock left when it starts (with no share, the clock): a
+    baseline that would take longer than what is left of that is skipped, one not in closed form
+    stops at its end; one over the limit or `futile` there (v-mem where ZB-V's hand order fits)
+    is skipped unbuilt."""
     p, n = state.problem.placement, state.micro_batches
     tasks = n * len(p.blocks)
     if state.raced or not state.budget.race:
@@ -63,12 +64,15 @@ def race(state: State, clock: Clock, share: float | None = 1.0) -> None:
     large = tasks > BASELINE_TASKS
     names = order(p, raced(p, large), large)  # torch's generators only on request
     per_baseline = tasks * state.budget.baseline_per_task
+    # the whole race's share, not each build's: five builds each allowed half the time left took
+    # 10 of a 20 s search at p = 16 on 2 loaded cores (V-Min's memory), its own schedule 5.6% longer
+    end = math.inf if share is None else time.perf_counter() + clock.left() * share
     for name in names:
         # the answer in hand, however short the clock: the first linear one that fits costs no more
         # than the search's own first schedule (a clock spent on loading CP-SAT, 2 s on a loaded
         # machine, skipped every baseline of a 3 s search, zb-v-hand's 0.06 s among them)
         fallback = not state.rivals and linear(name, p)
-        if share is not None and per_baseline > clock.left() * share and not fallback:
+        if per_baseline > end - time.perf_counter() and not fallback:
             log.info("baseline %s skipped: about %.1fs, over the race's share", name, per_baseline)
             continue
         t1 = time.process_time()  # CPU, not wall: a loaded machine makes no baseline more work
@@ -77,7 +81,7 @@ def race(state: State, clock: Clock, share: float | None = 1.0) -> None:
             continue
         # a build other than closed-form orders stops at its share of the clock (v-mem's grid: 22 s
         # at p = 16 on 2 loaded cores, where its CPU estimate said 1); the fallback never does
-        stop = math.inf if fallback or linear(name, p) else time.perf_counter() + clock.left() * (share or 1.0)
+        stop = math.inf if fallback or linear(name, p) else min(end, time.perf_counter() + clock.left())
         try:  # without its repetend: a few times cheaper; found later if this one wins
             with until(stop):
                 state.rivals.append(run_baseline(name, p, n, state.problem.real_limit(), repetend=False))
@@ -90,12 +94,14 @@ def race(state: State, clock: Clock, share: float | None = 1.0) -> None:
 
 def order(p: Placement, names: Sequence[str], large: bool) -> list[str]:
     """The race's order: those built in linear time first (closed-form orders, timed once: the
-    cheapest, and each one's time is the estimate that may skip the next), greedy (the slowest)
-    last; above the race size (all linear) gpipe last: it holds all N micro-batches' activations,
+    cheapest, and each one's time is the estimate that may skip the next), then v-mem (it races
+    below zb-v-hand's memory, where it was the shortest of those not in closed form on all but 7
+    limits of 360 at p = 2-6, m = 2p-4p, 3.6% longer at most: the race's share goes to it first),
+    greedy (the slowest) last; above the race size (all linear) gpipe last: it holds all N micro-batches' activations,
     the first to miss a limit."""
     if large:
         return sorted(names, key=lambda x: x == "gpipe")
-    return sorted(names, key=lambda x: (x == "greedy", not linear(x, p)))
+    return sorted(names, key=lambda x: (x == "greedy", not linear(x, p), x != "v-mem"))
 
 
 # ---- the memory pre-check ------------------------------------------------------------------
