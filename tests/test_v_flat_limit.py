@@ -7,7 +7,7 @@ against ZB auto-V's 87.04). The cases below each went one over before tessel/dus
 
 And the race on a loaded machine (issue 17's p = 8/16 rows on 2 shared cores): the first linear
 baseline that fits runs whatever the clock left, and the builds that time many candidates
-(v-mem's grid) stop at their share of it (tessel.baselines.deadline)."""
+(v-mem's grid) stop at its end (tessel.baselines.deadline)."""
 from __future__ import annotations
 
 import math

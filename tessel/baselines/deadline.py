@@ -37,4 +37,4 @@ def until(deadline: float) -> Iterator[None]:
 def check() -> None:
     """OutOfTime when the deadline set around this build has passed."""
     if time.perf_counter() > _DEADLINE.get():
-        raise OutOfTime("stopped at the race's deadline")
+        raise OutOfTime("stopped at the race's deadline (the search's clock)")
