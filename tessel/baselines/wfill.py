@@ -137,7 +137,7 @@ class _Walk:
         while live:
             steps += 1
             if steps % CHECK_EVERY == 0:
-                deadline.check()  # OutOfTime past the deadline the caller set (the race's share)
+                deadline.check()  # OutOfTime past the deadline the caller set (the race: the search's clock)
             d = min((e for e in live if e not in self.parked), key=lambda e: (self.cur[e], e), default=None)
             if d is None:
                 raise DeadlockError("W-filling walk: every device waits on another")
@@ -154,7 +154,8 @@ def fill_weights(p: Placement, orders: Sequence[Sequence[Key]], weight: dict[str
                  reorder: bool = True, slack: float = 0.0) -> dict[Key, Number] | None:
     """Start times of the F/B `orders` with each device's W passes that the orders leave out
     filled in (a W the orders list runs where it is); None as soon as the makespan is sure to
-    exceed `cutoff`; OutOfTime past a deadline set around the build (tessel.baselines.deadline). Without `reorder`, every device runs its order as given (W passes aside).
+    exceed `cutoff`; OutOfTime past a deadline set around the build (tessel.baselines.deadline).
+    Without `reorder`, every device runs its order as given (W passes aside).
     A pending W fills a wait that is at least (1 - `slack`) of its length (0: only where it
     delays nothing; 0.5: it may delay the next task by up to half its length)."""
     return _Walk(p, orders, weight, limit, cutoff, reorder, slack).run()

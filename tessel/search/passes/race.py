@@ -4,9 +4,9 @@ Up to BASELINE_TASKS tasks every raced baseline runs while it fits the race's sh
 Above, only those built in time linear in the tasks (baselines.linear) run. At any size the first
 linear one that fits the limit runs whatever the clock says (it is the valid answer the search
 falls back on when time runs out, and the search's own first schedule costs as much), the others
-while they fit the share. The
-seconds per task of the first one measured are the search's measure of what a build of N tasks
-costs on this machine (State.per_task)."""
+while they fit the share; one not in closed form (v-mem's grid) stops at the clock's end
+(tessel.baselines.deadline). The seconds per task of the first one measured are the search's
+measure of what a build of N tasks costs on this machine (State.per_task)."""
 from __future__ import annotations
 
 import logging
@@ -97,10 +97,10 @@ def race(state: State, clock: Clock, share: float | None = 1.0) -> None:
 def order(p: Placement, names: Sequence[str], large: bool) -> list[str]:
     """The race's order: those built in linear time first (closed-form orders, timed once: the
     cheapest, and each one's time is the estimate that may skip the next), then v-mem (it races
-    below zb-v-hand's memory, where it was the shortest of those not in closed form on all but 7
-    limits of 360 at p = 2-6, m = 2p-4p, 3.6% longer at most: the race's share goes to it first),
-    greedy (the slowest) last; above the race size (all linear) gpipe last: it holds all N micro-batches' activations,
-    the first to miss a limit."""
+    below zb-v-hand's memory, where the zero-bubble walks were shorter than it on 7 of the limits
+    measured at p = 2-6, m = 2p-4p, both costs, latency or not, by 3.6% at most: the race's share
+    goes to it first), greedy (the slowest) last; above the race size (all linear) gpipe last: it
+    holds all N micro-batches' activations, the first to miss a limit."""
     if large:
         return sorted(names, key=lambda x: x == "gpipe")
     return sorted(names, key=lambda x: (x == "greedy", not linear(x, p), x != "v-mem"))
