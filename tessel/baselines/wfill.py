@@ -20,8 +20,10 @@ from ..key import Key
 from ..placement import Number, Placement
 from ..schedule import EPS
 from ..timing import DeadlockError, input_ready
+from . import deadline
 
 LOOKAHEAD = 4  # places on in its device's order a ready task may come from
+CHECK_EVERY = 512  # steps between looks at the deadline (p = 16, N = 32: about 3,000 steps a walk)
 
 
 class _Walk:
@@ -156,7 +158,11 @@ class _Walk:
 
     def run(self) -> dict[Key, Number] | None:
         live = set(range(self.p.devices))
+        steps = 0
         while live:
+            steps += 1
+            if steps % CHECK_EVERY == 0:
+                deadline.check()  # OutOfTime past the deadline the caller set (the race: the search's clock)
             d = min((e for e in live if e not in self.parked), key=lambda e: (self.cur[e], e), default=None)
             if d is None:
                 raise DeadlockError("W-filling walk: every device waits on another")
@@ -173,7 +179,8 @@ def fill_weights(p: Placement, orders: Sequence[Sequence[Key]], weight: dict[str
                  reorder: bool = True, slack: float = 0.0, wait: float = 0.0) -> dict[Key, Number] | None:
     """Start times of the F/B `orders` with each device's W passes that the orders leave out
     filled in (a W the orders list runs where it is); None as soon as the makespan is sure to
-    exceed `cutoff`. Without `reorder`, every device runs its order as given (W passes aside).
+    exceed `cutoff`; OutOfTime past a deadline set around the build (tessel.baselines.deadline).
+    Without `reorder`, every device runs its order as given (W passes aside).
     A pending W fills a wait that is at least (1 - `slack`) of its length (0: only where it
     delays nothing; 0.5: it may delay the next task by up to half its length). With `wait` > 0,
     a device about to run a ready forward waits up to `wait` of its length for a forward nearer

@@ -1,18 +1,21 @@
 """Pass: the applicable baselines raced (first, or late when cheap), the schedules the search must beat.
 
 Up to BASELINE_TASKS tasks every raced baseline runs while it fits the race's share of the clock.
-Above, only those built in time linear in the tasks (baselines.linear) run: the first of them
-whatever the clock says (it is the valid answer the search falls back on when time runs out,
-and the search's own first schedule costs as much), the others while they fit the share. The
-seconds per task of the first one measured are the search's measure of what a build of N tasks
-costs on this machine (State.per_task)."""
+Above, only those built in time linear in the tasks (baselines.linear) run. At any size the first
+linear one that fits the limit runs whatever the clock says (it is the valid answer the search
+falls back on when time runs out, and the search's own first schedule costs as much), the others
+while they fit the share; one not in closed form (v-mem's grid) stops at the clock's end
+(tessel.baselines.deadline). The seconds per task of the first one measured are the search's
+measure of what a build of N tasks costs on this machine (State.per_task)."""
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Sequence
 
 from ...baselines import BaselineError, futile, linear, orders, raced, run_baseline
+from ...baselines.deadline import until
 from ...numeric import EPS
 from ...placement import Number, Placement
 from ...schedule import ScheduleError, normalise_limit
@@ -25,8 +28,7 @@ BASELINE_TASKS = 40_000  # every raced baseline runs up to this many tasks (N x 
 
 
 def racing(share: Callable[[Budget], float]) -> Callable[[State, Clock], None]:
-    """The race, where a baseline that would take more than `share` of the time left when it
-    starts is skipped."""
+    """The race, in at most `share` of the time left when it starts."""
     def run(state: State, clock: Clock) -> None:
         race(state, clock, share(state.budget))
     return run
@@ -49,9 +51,11 @@ def cheap(state: State) -> bool:
 
 
 def race(state: State, clock: Clock, share: float | None = 1.0) -> None:
-    """The applicable baselines on the real placement, in `order`, into state.rivals, once. One
-    that would take more than `share` of the clock left is skipped (with no share, none is), and
-    so is one over the limit or `futile` there (v-mem where ZB-V's hand order fits)."""
+    """The applicable baselines on the real placement, in `order`, into state.rivals, once. The
+    race takes at most `share` of the clock left when it starts (with no share, the clock): a
+    baseline that would take longer than what is left of that is not begun, one not in closed
+    form stops at the clock's end; one over the limit or `futile` there (v-mem where ZB-V's hand
+    order fits) is skipped unbuilt."""
     p, n = state.problem.placement, state.micro_batches
     tasks = n * len(p.blocks)
     if state.raced or not state.budget.race:
@@ -60,18 +64,30 @@ def race(state: State, clock: Clock, share: float | None = 1.0) -> None:
     large = tasks > BASELINE_TASKS
     names = order(p, raced(p, large), large)  # torch's generators only on request
     per_baseline = tasks * state.budget.baseline_per_task
+    # the whole race's share, not each build's: five builds each allowed half the time left took
+    # 10 of a 20 s search at p = 16 on 2 loaded cores (V-Min's memory), its own schedule 5.6% longer
+    end = math.inf if share is None else time.perf_counter() + clock.left() * share
     for name in names:
-        fallback = large and not state.rivals  # the answer in hand, however short the clock
-        if share is not None and per_baseline > clock.left() * share and not fallback:
+        # the answer in hand, however short the clock: the first linear one that fits costs no more
+        # than the search's own first schedule (a clock spent on loading CP-SAT, 2 s on a loaded
+        # machine, skipped every baseline of a 3 s search, zb-v-hand's 0.06 s among them)
+        fallback = not state.rivals and linear(name, p)
+        if per_baseline > end - time.perf_counter() and not fallback:
             log.info("baseline %s skipped: about %.1fs, over the race's share", name, per_baseline)
             continue
         t1 = time.process_time()  # CPU, not wall: a loaded machine makes no baseline more work
         if (why := over_limit(name, p, n, state.problem.real_limit()) or futile(name, p, n, state.problem.real_limit())):
             log.info("baseline %s not a candidate: %s", name, why)
             continue
+        # a build other than closed-form orders stops when the clock does (v-mem's grid: 22 s at
+        # p = 16 on 2 loaded cores, where its CPU estimate said 1), not at the race's share: begun,
+        # it is the best answer on the rows it races (V-Half's and V-Min's memory at p = 16: 4 rows
+        # 5-8% longer when it stopped at the share); the fallback never does
+        stop = math.inf if fallback or linear(name, p) else time.perf_counter() + clock.left()
         try:  # without its repetend: a few times cheaper; found later if this one wins
-            state.rivals.append(run_baseline(name, p, n, state.problem.real_limit(), repetend=False))
-        except (BaselineError, ScheduleError) as e:  # it does not fit this placement or memory
+            with until(stop):
+                state.rivals.append(run_baseline(name, p, n, state.problem.real_limit(), repetend=False))
+        except (BaselineError, ScheduleError) as e:  # it does not fit this placement or memory, or ran out of time
             log.info("baseline %s not a candidate: %s", name, e)
         per_baseline = time.process_time() - t1
         if state.per_task is None and state.rivals:
@@ -80,12 +96,14 @@ def race(state: State, clock: Clock, share: float | None = 1.0) -> None:
 
 def order(p: Placement, names: Sequence[str], large: bool) -> list[str]:
     """The race's order: those built in linear time first (closed-form orders, timed once: the
-    cheapest, and each one's time is the estimate that may skip the next), greedy (the slowest)
-    last; above the race size (all linear) gpipe last: it holds all N micro-batches' activations,
-    the first to miss a limit."""
+    cheapest, and each one's time is the estimate that may skip the next), then v-mem (it races
+    below zb-v-hand's memory, where the zero-bubble walks were shorter than it on 7 of the limits
+    measured at p = 2-6, m = 2p-4p, both costs, latency or not, by 3.6% at most: the race's share
+    goes to it first), greedy (the slowest) last; above the race size (all linear) gpipe last: it
+    holds all N micro-batches' activations, the first to miss a limit."""
     if large:
         return sorted(names, key=lambda x: x == "gpipe")
-    return sorted(names, key=lambda x: (x == "greedy", not linear(x, p)))
+    return sorted(names, key=lambda x: (x == "greedy", not linear(x, p), x != "v-mem"))
 
 
 # ---- the memory pre-check ------------------------------------------------------------------
