@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from ..key import Key
 from ..placement import Number, Placement
 from ..schedule import EPS, Schedule, ScheduleError
-from ..timing import DeadlockError, earliest_starts, order_peak, orders_of
+from ..timing import DeadlockError, earliest_starts, order_peak, orders_of, settled
 
 log = logging.getLogger(__name__)
 LOOKAHEAD = 24  # places later a task may come from
@@ -245,8 +245,8 @@ def _rebuilt(s: Schedule, cur: _State) -> Schedule:
     p, n = s.placement, s.micro_batches
     meta = dict(s.meta)
     try:
-        plain = Schedule.build(p, n, cur.start, s.memory_limit, None, meta, check=True)
-    except ScheduleError as e:  # floating point: a release summed to just after an allocation
+        plain = settled(p, n, cur.start, s.memory_limit, None, meta)  # float dust settled (tessel.dust)
+    except ScheduleError as e:
         log.info("polish dropped: %s", e)
         return s
     rep = s.repetend
