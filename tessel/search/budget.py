@@ -110,10 +110,11 @@ class Budget:
     # loaded machine gets the same schedule (32 devices, N = 128: 3 rounds at 128 blocks, 2 at 192)
     # -- completion and the end
     # the order polish (search/polish.py): tasks replayed, work not time (the same schedule on a loaded machine)
-    order_least: int = 100_000  # tasks replayed at least (about a second on one core) ...
-    order_per_work: float = 1_000_000.0  # ... and per deterministic second of the search's solves
+    order_least: int = 100_000  # tasks replayed at least (0.1-0.3 s on one core: search/replay.py) ...
+    order_per_second: float = 100_000.0  # ... and per second of the search's limit (the limit, not the time left)
     order_work: int = 4_000_000  # ... at most
-    order_stall: int = 150  # replays without a shorter makespan after which the walk stops
+    order_stall: int = 500  # replays without a shorter makespan after which a walk stops (150 left zbv-4's
+    # warm-up 3.8% above ZB-V's with profiled costs and latency, m = 12; 500 came within 0.6%)
     patience: float = 4.0  # the second round of completion waits this many times longer for an improvement
     # a completion's solves do at most this share of the search's limit (the limit given, not the time left) in
     # deterministic work, at work_wall wall seconds per deterministic second: the same limit gives the same work,
@@ -174,10 +175,9 @@ class Budget:
             return math.inf
         return stall.seconds * self.solve_cap
 
-    def order_budget(self, solver_work: float) -> int:
-        """Tasks the order polish may replay after solves of `solver_work` deterministic seconds
-        (more for a search that worked harder, as the half of its time it used to get)."""
-        return min(self.order_work, max(self.order_least, int(self.order_per_work * solver_work)))
+    def order_budget(self, limit: float) -> int:
+        """Tasks the order polish may replay in a search of `limit` seconds (all its seeds)."""
+        return min(self.order_work, max(self.order_least, int(self.order_per_second * limit)))
 
     def models(self, tasks: int, clock: Clock, per: float | None = None) -> bool:
         """Whether `clock` holds building a model of `tasks` tasks (whole-problem; with `per`,

@@ -38,14 +38,15 @@ from dataclasses import dataclass
 from ..key import Key
 from ..placement import Number, Placement
 from ..schedule import EPS, Schedule, ScheduleError
-from ..timing import DeadlockError, earliest_starts, order_peak, orders_of, settled
+from ..timing import order_peak, orders_of, settled
+from .replay import Replayer
 
 log = logging.getLogger(__name__)
 LOOKAHEAD = 24  # places later a task may come from
 JUMP = 4  # places earlier a critical task may jump
 MOST_TASKS = 20_000  # above this many tasks one replay costs too much for the walk to pay
-WORK = 2_000_000  # tasks replayed in all by default, some 10 s on one core (a search passes Budget.order_budget)
-STALL = 150  # replays without a shorter makespan before the walk stops (Budget.order_stall)
+WORK = 2_000_000  # tasks replayed in all by default, some 2-5 s on one core (a search passes Budget.order_budget)
+STALL = 500  # replays without a shorter makespan before the walk stops (Budget.order_stall)
 # a sink (a W: nothing waits for it) ending later costs only this much of the tie-break: running
 # one after the task it held up (ZB's deferred W) is then a gain, not a loss of the same size
 SINK_WEIGHT = 0.01
@@ -59,15 +60,17 @@ class _State:
     ends: Number  # the task ends summed (sinks weigh SINK_WEIGHT): shorter warm-ups show here first
 
 
-class _Work:
-    """The walk's budget: `tasks` replayed in all (a replay costs the schedule's task count), and
-    `stall` replays since the makespan last got shorter (only a shorter makespan is kept; on the
+class Work:
+    """The walk's budget, one for several walks (the search's seeds share it): `tasks` replayed
+    in all (a replay costs the schedule's task count), and `stall` replays since the makespan last
+    got shorter in the walk at hand (only a shorter makespan is kept; on the
     library placements each step down came within 70 replays of the last); both deterministic.
     The wall-clock deadline of the search's time limit, on `now`'s clock, is only a safety net."""
 
     def __init__(self, tasks: int, stall: int, deadline: float, now: Callable[[], float]) -> None:
         self.left, self.stall, self.deadline, self.now = tasks, stall, deadline, now
         self.since = self.replays = 0
+        self.replayer: Replayer | None = None
 
     def going(self) -> bool:
         return self.left > 0 and self.since < self.stall and self.now() < self.deadline
@@ -77,16 +80,21 @@ class _Work:
         self.left -= n * len(p.blocks)
         self.since += 1
         self.replays += 1
-        return _replay(p, n, orders)
+        if self.replayer is None or self.replayer.p is not p or self.replayer.n != n:
+            self.replayer = Replayer(p, n)
+        got = self.replayer.timed(orders, SINK_WEIGHT)
+        return None if got is None else _State(orders, *got)
 
 
-def polish(s: Schedule, work: int = WORK, stall: int = STALL, deadline: float = math.inf,
+def polish(s: Schedule, work: int | Work = WORK, stall: int = STALL, deadline: float = math.inf,
            now: Callable[[], float] = time.perf_counter) -> Schedule:
     """`s` with idle gaps filled by later ready tasks, replaying at most `work` tasks in all and
     `stall` times since the makespan last got shorter (and stopping at `deadline` on `now`'s
-    clock, the search's time limit); `s` itself when no move makes it shorter."""
+    clock, the search's time limit); `s` itself when no move makes it shorter. A `Work` passed
+    as `work` is the budget left of earlier walks (its own stall and deadline)."""
     p, n = s.placement, s.micro_batches
-    budget = _Work(work, stall, deadline, now)
+    budget = work if isinstance(work, Work) else Work(work, stall, deadline, now)
+    budget.since = 0
     if n * len(p.blocks) > MOST_TASKS or not budget.going():
         return s
     cur = budget.replay(p, n, orders_of(s))
@@ -126,18 +134,7 @@ def _in_order(orders: list[list[Key]]) -> list[list[Key]]:
     return out
 
 
-def _replay(p: Placement, n: int, orders: list[list[Key]]) -> _State | None:
-    try:
-        start = earliest_starts(p, n, orders)
-    except DeadlockError:
-        return None
-    by, succs = p.by_id, p.succs
-    ends = [(t + by[b].duration, b) for (b, _), t in start.items()]
-    weighted = sum(e if succs[b] else e * SINK_WEIGHT for e, b in ends)
-    return _State(orders, start, max(e for e, _ in ends) - min(start.values()), weighted)
-
-
-def _improve(p: Placement, n: int, cur: _State, limit: Sequence[Number] | None, budget: _Work) -> _State | None:
+def _improve(p: Placement, n: int, cur: _State, limit: Sequence[Number] | None, budget: Work) -> _State | None:
     """The first move, earliest gap first, that makes the schedule better; None when none does
     (or the budget is spent)."""
     by = p.by_id
@@ -163,14 +160,14 @@ def _improve(p: Placement, n: int, cur: _State, limit: Sequence[Number] | None, 
     return _critical_move(p, n, cur, end, limit, budget) or _defer_move(p, n, cur, end, limit, budget)
 
 
-def _tried(p: Placement, n: int, cur: _State, d: int, moved: list[Key], budget: _Work) -> _State | None:
+def _tried(p: Placement, n: int, cur: _State, d: int, moved: list[Key], budget: Work) -> _State | None:
     """`cur` with device d's order `moved`, replayed on the budget, when that makes it better."""
     new = budget.replay(p, n, [moved if e == d else o for e, o in enumerate(cur.orders)])
     return new if new is not None and _better(new, cur) else None
 
 
 def _critical_move(p: Placement, n: int, cur: _State, end: dict[Key, Number], limit: Sequence[Number] | None,
-                   budget: _Work) -> _State | None:
+                   budget: Work) -> _State | None:
     """A task on the critical path that waited for its device runs up to JUMP places earlier (the
     job shop's critical-path neighbourhood): the first such move that makes the schedule better."""
     for d, i in _critical_arcs(p, cur, end):
@@ -187,7 +184,7 @@ def _critical_move(p: Placement, n: int, cur: _State, end: dict[Key, Number], li
 
 
 def _defer_move(p: Placement, n: int, cur: _State, end: dict[Key, Number], limit: Sequence[Number] | None,
-                budget: _Work) -> _State | None:
+                budget: Work) -> _State | None:
     """A sink (a W) that held up the task after it on its device runs up to JUMP places later:
     ZB's idea that a weight gradient waits for the critical B and F passes, found here by the walk.
     The first such move that makes the schedule better (its memory is held longer: checked)."""
