@@ -104,10 +104,12 @@ def polish(s: Schedule, work: int | Work = WORK, stall: int = STALL, deadline: f
     fifo = budget.replay(p, n, _in_order(orders_of(s)))
     if fifo is not None and _better(fifo, cur):
         cur, moves = fifo, 1
+    at = 0
     while budget.going():
-        nxt = _improve(p, n, cur, s.memory_limit, budget)
-        if nxt is None:
+        got = _improve(p, n, cur, s.memory_limit, budget, at)
+        if got is None:
             break
+        nxt, at = got
         if nxt.makespan < cur.makespan - EPS:
             budget.since = 0
         cur, moves = nxt, moves + 1
@@ -134,73 +136,56 @@ def _in_order(orders: list[list[Key]]) -> list[list[Key]]:
     return out
 
 
-def _improve(p: Placement, n: int, cur: _State, limit: Sequence[Number] | None, budget: Work) -> _State | None:
-    """The first move, earliest gap first, that makes the schedule better; None when none does
-    (or the budget is spent)."""
+def _improve(p: Placement, n: int, cur: _State, limit: Sequence[Number] | None, budget: Work,
+             at: int) -> tuple[_State, int] | None:
+    """The first move that makes the schedule better, scanning the moves (_moves) from place `at`
+    round to the one before it, and the place it was found at (the next scan starts there: the
+    moves before it failed on a schedule that differs from this one only after the change, so
+    starting over from the first gap replays them for nothing); None when none does (or the
+    budget is spent)."""
+    moves = _moves(p, cur)
+    for k in range(len(moves)):
+        i = (at + k) % len(moves)
+        d, src, dst = moves[i]
+        order = cur.orders[d]
+        moved = order[:src] + order[src + 1:]
+        moved.insert(dst, order[src])
+        if limit is not None and order_peak(p, moved) > limit[d] + EPS:
+            continue
+        if not budget.going():
+            return None
+        new = budget.replay(p, n, [moved if e == d else o for e, o in enumerate(cur.orders)])
+        if new is not None and _better(new, cur):
+            return new, i
+    return None
+
+
+def _moves(p: Placement, cur: _State) -> list[tuple[int, int, int]]:
+    """(device, from, to): a task taken from place `from` of the device's order and put at place
+    `to`. First a ready single-device task (at most LOOKAHEAD places later) into each idle gap,
+    earliest gap first; then a task on the critical path that waited for its device (not for its
+    inputs) up to JUMP places earlier (the job shop's critical-path neighbourhood); then a sink (a
+    W) that held up the task after it up to JUMP places later (ZB's deferred W: the cool-down's B
+    passes run back to back and the W passes fill its bubbles)."""
     by = p.by_id
     end = {k: t + by[k[0]].duration for k, t in cur.start.items()}
-    gaps = []
-    for d, order in enumerate(cur.orders):
-        for i in range(1, len(order)):
-            if cur.start[order[i]] > end[order[i - 1]] + EPS:
-                gaps.append((end[order[i - 1]], d, i))
-    for _, d, i in sorted(gaps):
+    gaps = sorted((end[order[i - 1]], d, i) for d, order in enumerate(cur.orders) for i in range(1, len(order))
+                  if cur.start[order[i]] > end[order[i - 1]] + EPS)
+    ready: dict[Key, Number] = {}  # a task's inputs ready, once per schedule (a task is in many gaps' reach)
+    out = []
+    for _, d, i in gaps:
         order = cur.orders[d]
         for j in range(i + 1, min(i + 1 + LOOKAHEAD, len(order))):
-            b, m = order[j]
-            if len(by[b].devices) > 1 or _ready(p, b, m, end) >= end[order[i]] - EPS:
-                continue
-            moved = order[:i] + [order[j]] + order[i:j] + order[j + 1:]
-            if limit is not None and order_peak(p, moved) > limit[d] + EPS:
-                continue
-            if not budget.going():
-                return None
-            if (new := _tried(p, n, cur, d, moved, budget)) is not None:
-                return new
-    return _critical_move(p, n, cur, end, limit, budget) or _defer_move(p, n, cur, end, limit, budget)
-
-
-def _tried(p: Placement, n: int, cur: _State, d: int, moved: list[Key], budget: Work) -> _State | None:
-    """`cur` with device d's order `moved`, replayed on the budget, when that makes it better."""
-    new = budget.replay(p, n, [moved if e == d else o for e, o in enumerate(cur.orders)])
-    return new if new is not None and _better(new, cur) else None
-
-
-def _critical_move(p: Placement, n: int, cur: _State, end: dict[Key, Number], limit: Sequence[Number] | None,
-                   budget: Work) -> _State | None:
-    """A task on the critical path that waited for its device runs up to JUMP places earlier (the
-    job shop's critical-path neighbourhood): the first such move that makes the schedule better."""
-    for d, i in _critical_arcs(p, cur, end):
-        order = cur.orders[d]
-        for k in range(i - 1, max(i - 1 - JUMP, -1), -1):
-            moved = order[:k] + [order[i]] + order[k:i] + order[i + 1:]
-            if limit is not None and order_peak(p, moved) > limit[d] + EPS:
-                continue
-            if not budget.going():
-                return None
-            if (new := _tried(p, n, cur, d, moved, budget)) is not None:
-                return new
-    return None
-
-
-def _defer_move(p: Placement, n: int, cur: _State, end: dict[Key, Number], limit: Sequence[Number] | None,
-                budget: Work) -> _State | None:
-    """A sink (a W) that held up the task after it on its device runs up to JUMP places later:
-    ZB's idea that a weight gradient waits for the critical B and F passes, found here by the walk.
-    The first such move that makes the schedule better (its memory is held longer: checked)."""
+            if len(by[order[j][0]].devices) == 1:
+                r = ready[order[j]] if order[j] in ready else ready.setdefault(order[j], _ready(p, *order[j], end))
+                if r < end[order[i]] - EPS:
+                    out.append((d, j, i))
+    out += [(d, i, k) for d, i in _critical_arcs(p, cur, end) for k in range(i - 1, max(i - 1 - JUMP, -1), -1)]
     for d, order in enumerate(cur.orders):
-        for i in range(len(order) - 1):
-            if p.succs[order[i][0]] or not p.succs[order[i + 1][0]] or cur.start[order[i + 1]] > end[order[i]] + EPS:
-                continue
-            for k in range(i + 2, min(i + 2 + JUMP, len(order) + 1)):
-                moved = order[:i] + order[i + 1:k] + [order[i]] + order[k:]
-                if limit is not None and order_peak(p, moved) > limit[d] + EPS:
-                    break  # later still holds its memory longer
-                if not budget.going():
-                    return None
-                if (new := _tried(p, n, cur, d, moved, budget)) is not None:
-                    return new
-    return None
+        out += [(d, i, k - 1) for i in range(len(order) - 1)
+                if not p.succs[order[i][0]] and p.succs[order[i + 1][0]] and cur.start[order[i + 1]] <= end[order[i]] + EPS
+                for k in range(i + 2, min(i + 2 + JUMP, len(order) + 1))]
+    return out
 
 
 def _critical_arcs(p: Placement, cur: _State, end: dict[Key, Number]) -> list[tuple[int, int]]:
