@@ -95,6 +95,8 @@ class Budget:
     repetend_share: float = 0.5  # the period search (mode tessel)
     slice_share: float = 0.3  # of the period search's time left that one period's solve may take
     min_slice: float = 0.05  # seconds: a solve shorter than this decides nothing
+    min_slice_work: float = 0.002  # deterministic seconds: the same for a slice of work
+    slice_wall: float = 2.0  # a slice of work may take this many times its expected wall time (work_wall)
     copies_share: float = 0.5  # of the period search's time left for patterns of several micro-batches
     retry_share: float = 0.4  # tessel: periods the period search left undecided, tried again with more work
     escalate: float = 4.0  # ... with this many times the repetend stall's work
@@ -188,6 +190,12 @@ class Budget:
         """Deterministic seconds of CP-SAT work one completion's solves may do in all, for a
         search of `limit` seconds (unbounded when asked to prove)."""
         return math.inf if self.prove else limit * self.completion_share / self.work_wall
+
+    def period_work(self, limit: float) -> float:
+        """Deterministic seconds of CP-SAT work the period search's solves may do in all, for a
+        search of `limit` seconds: its slices are shares of it, so the same periods are decided
+        on a quiet and a loaded machine (unbounded when asked to prove: shares of time then)."""
+        return math.inf if self.prove else limit * self.repetend_share / self.work_wall
 
     def stall(self, seconds: float) -> Stall:
         return Stall(seconds, seconds * self.stall_work)
