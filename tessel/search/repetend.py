@@ -10,8 +10,9 @@ span of the pattern, which sets how long warm-up and cool-down are.
 The period search is anytime. It starts from a repetend that fits (a construction, or one
 micro-batch at a time: fast.py), so a feasible period `hi` is known before any solve, and
 brackets between it and the bound `lo`: the bound first, then bisection. No solve gets more
-than a slice of the time, so a period the solver cannot decide in its slice is recorded as
-undecided and the search goes on above it. When one micro-batch per period stays above the
+than a slice of the work (deterministic seconds: Budget.period_work, set by the search's limit,
+so a loaded machine decides the same periods), so a period the solver cannot decide in its slice
+is recorded as undecided and the search goes on above it. When one micro-batch per period stays above the
 bound, patterns of up to MAX_COPIES micro-batches are tried for a smaller period per micro-batch.
 """
 from __future__ import annotations
