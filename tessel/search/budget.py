@@ -114,7 +114,8 @@ class Budget:
     # the order polish (search/polish.py): tasks replayed, work not time (the same schedule on a loaded machine)
     order_least: int = 100_000  # tasks replayed at least (0.1-0.3 s on one core: search/replay.py) ...
     order_per_second: float = 100_000.0  # ... and per second of the search's limit (the limit, not the time left)
-    order_work: int = 4_000_000  # ... at most
+    order_work: int = 500_000  # ... at most: about a second on an idle core, whatever the limit (the default
+    # limit, 120 s, gave 4M: 10 s for nothing on xshape-6 at N = 128, at 3,000 tasks a replay)
     order_stall: int = 500  # replays without a shorter makespan after which a walk stops (150 left zbv-4's
     # warm-up 3.8% above ZB-V's with profiled costs and latency, m = 12; 500 came within 0.6%)
     patience: float = 4.0  # the second round of completion waits this many times longer for an improvement
