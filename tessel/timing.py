@@ -11,6 +11,7 @@ from itertools import count
 from typing import Any
 
 from .bulk import paused_gc
+from .dust import settle
 from .key import Key
 from .placement import Number, Placement
 from .schedule import Repetend, Schedule, ScheduleError
@@ -157,8 +158,19 @@ def schedule_from_orders(p: Placement, micro_batches: int, orders: Orders,
                          repetend: Repetend | None = None, meta: Mapping[str, Any] | None = None,
                          check: bool = True) -> Schedule:
     """The validated schedule that runs each device's order as early as possible."""
-    starts = earliest_starts(p, micro_batches, orders)
-    return Schedule.build(p, micro_batches, starts, memory_limit, repetend, meta, check)
+    return settled(p, micro_batches, earliest_starts(p, micro_batches, orders), memory_limit, repetend, meta, check)
+
+
+def settled(p: Placement, micro_batches: int, starts: Mapping[Key, Number],
+            memory_limit: Number | Sequence[Number] | None = None, repetend: Repetend | None = None,
+            meta: Mapping[str, Any] | None = None, check: bool = True) -> Schedule:
+    """Schedule.build of starts summed from costs, with its float dust settled: a start snapped
+    to an integer (26.99999999999999 -> 27) ends a release a hair after the allocation the sums
+    timed right at its end, one activation over the limit by rule 4 (tessel.dust)."""
+    s = Schedule.build(p, micro_batches, starts, memory_limit, repetend, meta, check=False)
+    if moved := settle(p, s.tasks):
+        s = Schedule.build(p, micro_batches, {**s.start, **moved}, memory_limit, s.repetend, meta, check=False)
+    return s.validate() if check else s
 
 
 def orders_of(s: Schedule) -> list[list[Key]]:

@@ -69,7 +69,7 @@ def _one_f_one_b() -> Schedule:
 
 def test_the_walk_is_budgeted_in_work_so_a_loaded_machine_gives_the_same_schedule() -> None:
     s = _one_f_one_b()
-    work = 60 * 12 * len(s.placement.blocks)  # 60 replays: the budget, not convergence, ends the walk
+    work = 300 * 12 * len(s.placement.blocks)  # 300 replays: the budget, not convergence, ends the walk
     quiet = polish(s, work)
     assert quiet.errors() == [] and quiet.makespan < s.makespan
     assert quiet.to_dict() != polish(s).to_dict()  # the budget bound it

@@ -95,6 +95,8 @@ class Budget:
     repetend_share: float = 0.5  # the period search (mode tessel)
     slice_share: float = 0.3  # of the period search's time left that one period's solve may take
     min_slice: float = 0.05  # seconds: a solve shorter than this decides nothing
+    min_slice_work: float = 0.002  # deterministic seconds: the same for a slice of work
+    slice_wall: float = 2.0  # a slice of work may take this many times its expected wall time (work_wall)
     copies_share: float = 0.5  # of the period search's time left for patterns of several micro-batches
     retry_share: float = 0.4  # tessel: periods the period search left undecided, tried again with more work
     escalate: float = 4.0  # ... with this many times the repetend stall's work
@@ -110,10 +112,12 @@ class Budget:
     # loaded machine gets the same schedule (32 devices, N = 128: 3 rounds at 128 blocks, 2 at 192)
     # -- completion and the end
     # the order polish (search/polish.py): tasks replayed, work not time (the same schedule on a loaded machine)
-    order_least: int = 100_000  # tasks replayed at least (about a second on one core) ...
-    order_per_work: float = 1_000_000.0  # ... and per deterministic second of the search's solves
-    order_work: int = 4_000_000  # ... at most
-    order_stall: int = 150  # replays without a shorter makespan after which the walk stops
+    order_least: int = 100_000  # tasks replayed at least (0.1-0.3 s on one core: search/replay.py) ...
+    order_per_second: float = 100_000.0  # ... and per second of the search's limit (the limit, not the time left)
+    order_work: int = 500_000  # ... at most: about a second on an idle core, whatever the limit (the default
+    # limit, 120 s, gave 4M: 10 s for nothing on xshape-6 at N = 128, at 3,000 tasks a replay)
+    order_stall: int = 500  # replays without a shorter makespan after which a walk stops (150 left zbv-4's
+    # warm-up 3.8% above ZB-V's with profiled costs and latency, m = 12; 500 came within 0.6%)
     patience: float = 4.0  # the second round of completion waits this many times longer for an improvement
     # a completion's solves do at most this share of the search's limit (the limit given, not the time left) in
     # deterministic work, at work_wall wall seconds per deterministic second: the same limit gives the same work,
@@ -121,7 +125,8 @@ class Budget:
     completion_share: float = 0.5
     work_wall: float = 10.0  # one worker's deterministic second took 7-35 s of wall on the completion models
     # (zbv-4, profiled costs and latency, 2 shared cores at load 2-8)
-    orders_share: float = 0.2  # of the limit kept from the passes before it for the order polish (passes/orders.py) ...
+    orders_share: float = 0.35  # of the limit kept from the passes before it for the order polish (passes/orders.py)
+    # ... (0.2 left it 0.8 s of a 5 s limit, a quarter of its work at load 5: zbv-4 rows 3-4% above ZB-V, 0.35 within 0.5%)
     orders_cap: float = 3.0  # ... seconds at most (its replay budget takes about that at 400 tasks)
     exact_hint_share: float = 0.3  # exact: the tessel schedule that hints the whole-problem solve
     model_per_task: float = 4e-5  # seconds building a whole-problem model takes per task (30-60 us measured
@@ -174,10 +179,9 @@ class Budget:
             return math.inf
         return stall.seconds * self.solve_cap
 
-    def order_budget(self, solver_work: float) -> int:
-        """Tasks the order polish may replay after solves of `solver_work` deterministic seconds
-        (more for a search that worked harder, as the half of its time it used to get)."""
-        return min(self.order_work, max(self.order_least, int(self.order_per_work * solver_work)))
+    def order_budget(self, limit: float) -> int:
+        """Tasks the order polish may replay in a search of `limit` seconds (all its seeds)."""
+        return min(self.order_work, max(self.order_least, int(self.order_per_second * limit)))
 
     def models(self, tasks: int, clock: Clock, per: float | None = None) -> bool:
         """Whether `clock` holds building a model of `tasks` tasks (whole-problem; with `per`,
@@ -188,6 +192,12 @@ class Budget:
         """Deterministic seconds of CP-SAT work one completion's solves may do in all, for a
         search of `limit` seconds (unbounded when asked to prove)."""
         return math.inf if self.prove else limit * self.completion_share / self.work_wall
+
+    def period_work(self, limit: float) -> float:
+        """Deterministic seconds of CP-SAT work the period search's solves may do in all, for a
+        search of `limit` seconds: its slices are shares of it, so the same periods are decided
+        on a quiet and a loaded machine (unbounded when asked to prove: shares of time then)."""
+        return math.inf if self.prove else limit * self.repetend_share / self.work_wall
 
     def stall(self, seconds: float) -> Stall:
         return Stall(seconds, seconds * self.stall_work)

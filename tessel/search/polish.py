@@ -17,8 +17,14 @@ device allocates at a task's start and frees at the end of an earlier one, so th
 order is a running sum). When no gap move helps, a task on the critical path that waited for its
 device (not for its inputs) jumps a few places earlier on it (the job shop's critical-path
 neighbourhood); then a sink that held up the task after it moves a few places later (ZB's deferred
-W: the cool-down's B passes run back to back and the W passes fill its bubbles). The walk repeats
-until no move helps or its budget is spent; every kept schedule is validated by the four rules.
+W: the cool-down's B passes run back to back and the W passes fill its bubbles). The moves are
+one list per schedule, scanned from the first gap again after each kept move until that stalls
+(RESTART_STALL replays without a shorter makespan), then from where the last kept move was
+found: starting over replays the moves that had just failed, going round alone settles early
+(on zbv-4 with profiled costs each left some rows 1-1.5% above ZB-V's where the two in turn
+came within 1% of it on every row tried, on the same budget). The walk repeats until no move helps or
+its budget is spent; every kept schedule is validated by the four rules. Replays run on
+search/replay.py (the same floats as tessel.timing, without its heap: 4-7x faster).
 The repetend is kept when the polished schedule still unrolls with it, dropped otherwise (the
 schedule is still the one for its micro-batches).
 
@@ -38,14 +44,16 @@ from dataclasses import dataclass
 from ..key import Key
 from ..placement import Number, Placement
 from ..schedule import EPS, Schedule, ScheduleError
-from ..timing import DeadlockError, earliest_starts, order_peak, orders_of
+from ..timing import order_peak, orders_of, settled
+from .replay import Replayer
 
 log = logging.getLogger(__name__)
 LOOKAHEAD = 24  # places later a task may come from
 JUMP = 4  # places earlier a critical task may jump
+RESTART_STALL = 150  # replays without a shorter makespan before the scan goes round instead of starting over
 MOST_TASKS = 20_000  # above this many tasks one replay costs too much for the walk to pay
-WORK = 2_000_000  # tasks replayed in all by default, some 10 s on one core (a search passes Budget.order_budget)
-STALL = 150  # replays without a shorter makespan before the walk stops (Budget.order_stall)
+WORK = 2_000_000  # tasks replayed in all by default, some 2-5 s on one core (a search passes Budget.order_budget)
+STALL = 500  # replays without a shorter makespan before the walk stops (Budget.order_stall)
 # a sink (a W: nothing waits for it) ending later costs only this much of the tie-break: running
 # one after the task it held up (ZB's deferred W) is then a gain, not a loss of the same size
 SINK_WEIGHT = 0.01
@@ -59,15 +67,17 @@ class _State:
     ends: Number  # the task ends summed (sinks weigh SINK_WEIGHT): shorter warm-ups show here first
 
 
-class _Work:
-    """The walk's budget: `tasks` replayed in all (a replay costs the schedule's task count), and
-    `stall` replays since the makespan last got shorter (only a shorter makespan is kept; on the
+class Work:
+    """The walk's budget, one for several walks (the search's seeds share it): `tasks` replayed
+    in all (a replay costs the schedule's task count), and `stall` replays since the makespan last
+    got shorter in the walk at hand (only a shorter makespan is kept; on the
     library placements each step down came within 70 replays of the last); both deterministic.
     The wall-clock deadline of the search's time limit, on `now`'s clock, is only a safety net."""
 
     def __init__(self, tasks: int, stall: int, deadline: float, now: Callable[[], float]) -> None:
         self.left, self.stall, self.deadline, self.now = tasks, stall, deadline, now
         self.since = self.replays = 0
+        self.replayer: Replayer | None = None
 
     def going(self) -> bool:
         return self.left > 0 and self.since < self.stall and self.now() < self.deadline
@@ -77,16 +87,21 @@ class _Work:
         self.left -= n * len(p.blocks)
         self.since += 1
         self.replays += 1
-        return _replay(p, n, orders)
+        if self.replayer is None or self.replayer.p is not p or self.replayer.n != n:
+            self.replayer = Replayer(p, n)
+        got = self.replayer.timed(orders, SINK_WEIGHT)
+        return None if got is None else _State(orders, *got)
 
 
-def polish(s: Schedule, work: int = WORK, stall: int = STALL, deadline: float = math.inf,
+def polish(s: Schedule, work: int | Work = WORK, stall: int = STALL, deadline: float = math.inf,
            now: Callable[[], float] = time.perf_counter) -> Schedule:
     """`s` with idle gaps filled by later ready tasks, replaying at most `work` tasks in all and
     `stall` times since the makespan last got shorter (and stopping at `deadline` on `now`'s
-    clock, the search's time limit); `s` itself when no move makes it shorter."""
+    clock, the search's time limit); `s` itself when no move makes it shorter. A `Work` passed
+    as `work` is the budget left of earlier walks (its own stall and deadline)."""
     p, n = s.placement, s.micro_batches
-    budget = _Work(work, stall, deadline, now)
+    budget = work if isinstance(work, Work) else Work(work, stall, deadline, now)
+    budget.since = 0
     if n * len(p.blocks) > MOST_TASKS or not budget.going():
         return s
     cur = budget.replay(p, n, orders_of(s))
@@ -96,10 +111,15 @@ def polish(s: Schedule, work: int = WORK, stall: int = STALL, deadline: float = 
     fifo = budget.replay(p, n, _in_order(orders_of(s)))
     if fifo is not None and _better(fifo, cur):
         cur, moves = fifo, 1
+    at, rotate = 0, False
     while budget.going():
-        nxt = _improve(p, n, cur, s.memory_limit, budget)
-        if nxt is None:
+        if not rotate and budget.since >= RESTART_STALL:  # the scan from the first gap stalled
+            rotate, budget.since = True, 0
+        got = _improve(p, n, cur, s.memory_limit, budget, at)
+        if got is None:  # no move helps (either scan tries them all)
             break
+        nxt, at = got
+        at = at if rotate else 0
         if nxt.makespan < cur.makespan - EPS:
             budget.since = 0
         cur, moves = nxt, moves + 1
@@ -126,84 +146,56 @@ def _in_order(orders: list[list[Key]]) -> list[list[Key]]:
     return out
 
 
-def _replay(p: Placement, n: int, orders: list[list[Key]]) -> _State | None:
-    try:
-        start = earliest_starts(p, n, orders)
-    except DeadlockError:
-        return None
-    by, succs = p.by_id, p.succs
-    ends = [(t + by[b].duration, b) for (b, _), t in start.items()]
-    weighted = sum(e if succs[b] else e * SINK_WEIGHT for e, b in ends)
-    return _State(orders, start, max(e for e, _ in ends) - min(start.values()), weighted)
+def _improve(p: Placement, n: int, cur: _State, limit: Sequence[Number] | None, budget: Work,
+             at: int) -> tuple[_State, int] | None:
+    """The first move that makes the schedule better, scanning the moves (_moves) from place `at`
+    round to the one before it, and the place it was found at (the next scan starts there: the
+    moves before it failed on a schedule that differs from this one only after the change, so
+    starting over from the first gap replays them for nothing); None when none does (or the
+    budget is spent)."""
+    moves = _moves(p, cur)
+    for k in range(len(moves)):
+        i = (at + k) % len(moves)
+        d, src, dst = moves[i]
+        order = cur.orders[d]
+        moved = order[:src] + order[src + 1:]
+        moved.insert(dst, order[src])
+        if limit is not None and order_peak(p, moved) > limit[d] + EPS:
+            continue
+        if not budget.going():
+            return None
+        new = budget.replay(p, n, [moved if e == d else o for e, o in enumerate(cur.orders)])
+        if new is not None and _better(new, cur):
+            return new, i
+    return None
 
 
-def _improve(p: Placement, n: int, cur: _State, limit: Sequence[Number] | None, budget: _Work) -> _State | None:
-    """The first move, earliest gap first, that makes the schedule better; None when none does
-    (or the budget is spent)."""
+def _moves(p: Placement, cur: _State) -> list[tuple[int, int, int]]:
+    """(device, from, to): a task taken from place `from` of the device's order and put at place
+    `to`. First a ready single-device task (at most LOOKAHEAD places later) into each idle gap,
+    earliest gap first; then a task on the critical path that waited for its device (not for its
+    inputs) up to JUMP places earlier (the job shop's critical-path neighbourhood); then a sink (a
+    W) that held up the task after it up to JUMP places later (ZB's deferred W: the cool-down's B
+    passes run back to back and the W passes fill its bubbles)."""
     by = p.by_id
     end = {k: t + by[k[0]].duration for k, t in cur.start.items()}
-    gaps = []
-    for d, order in enumerate(cur.orders):
-        for i in range(1, len(order)):
-            if cur.start[order[i]] > end[order[i - 1]] + EPS:
-                gaps.append((end[order[i - 1]], d, i))
-    for _, d, i in sorted(gaps):
+    gaps = sorted((end[order[i - 1]], d, i) for d, order in enumerate(cur.orders) for i in range(1, len(order))
+                  if cur.start[order[i]] > end[order[i - 1]] + EPS)
+    ready: dict[Key, Number] = {}  # a task's inputs ready, once per schedule (a task is in many gaps' reach)
+    out = []
+    for _, d, i in gaps:
         order = cur.orders[d]
         for j in range(i + 1, min(i + 1 + LOOKAHEAD, len(order))):
-            b, m = order[j]
-            if len(by[b].devices) > 1 or _ready(p, b, m, end) >= end[order[i]] - EPS:
-                continue
-            moved = order[:i] + [order[j]] + order[i:j] + order[j + 1:]
-            if limit is not None and order_peak(p, moved) > limit[d] + EPS:
-                continue
-            if not budget.going():
-                return None
-            if (new := _tried(p, n, cur, d, moved, budget)) is not None:
-                return new
-    return _critical_move(p, n, cur, end, limit, budget) or _defer_move(p, n, cur, end, limit, budget)
-
-
-def _tried(p: Placement, n: int, cur: _State, d: int, moved: list[Key], budget: _Work) -> _State | None:
-    """`cur` with device d's order `moved`, replayed on the budget, when that makes it better."""
-    new = budget.replay(p, n, [moved if e == d else o for e, o in enumerate(cur.orders)])
-    return new if new is not None and _better(new, cur) else None
-
-
-def _critical_move(p: Placement, n: int, cur: _State, end: dict[Key, Number], limit: Sequence[Number] | None,
-                   budget: _Work) -> _State | None:
-    """A task on the critical path that waited for its device runs up to JUMP places earlier (the
-    job shop's critical-path neighbourhood): the first such move that makes the schedule better."""
-    for d, i in _critical_arcs(p, cur, end):
-        order = cur.orders[d]
-        for k in range(i - 1, max(i - 1 - JUMP, -1), -1):
-            moved = order[:k] + [order[i]] + order[k:i] + order[i + 1:]
-            if limit is not None and order_peak(p, moved) > limit[d] + EPS:
-                continue
-            if not budget.going():
-                return None
-            if (new := _tried(p, n, cur, d, moved, budget)) is not None:
-                return new
-    return None
-
-
-def _defer_move(p: Placement, n: int, cur: _State, end: dict[Key, Number], limit: Sequence[Number] | None,
-                budget: _Work) -> _State | None:
-    """A sink (a W) that held up the task after it on its device runs up to JUMP places later:
-    ZB's idea that a weight gradient waits for the critical B and F passes, found here by the walk.
-    The first such move that makes the schedule better (its memory is held longer: checked)."""
+            if len(by[order[j][0]].devices) == 1:
+                r = ready[order[j]] if order[j] in ready else ready.setdefault(order[j], _ready(p, *order[j], end))
+                if r < end[order[i]] - EPS:
+                    out.append((d, j, i))
+    out += [(d, i, k) for d, i in _critical_arcs(p, cur, end) for k in range(i - 1, max(i - 1 - JUMP, -1), -1)]
     for d, order in enumerate(cur.orders):
-        for i in range(len(order) - 1):
-            if p.succs[order[i][0]] or not p.succs[order[i + 1][0]] or cur.start[order[i + 1]] > end[order[i]] + EPS:
-                continue
-            for k in range(i + 2, min(i + 2 + JUMP, len(order) + 1)):
-                moved = order[:i] + order[i + 1:k] + [order[i]] + order[k:]
-                if limit is not None and order_peak(p, moved) > limit[d] + EPS:
-                    break  # later still holds its memory longer
-                if not budget.going():
-                    return None
-                if (new := _tried(p, n, cur, d, moved, budget)) is not None:
-                    return new
-    return None
+        out += [(d, i, k - 1) for i in range(len(order) - 1)
+                if not p.succs[order[i][0]] and p.succs[order[i + 1][0]] and cur.start[order[i + 1]] <= end[order[i]] + EPS
+                for k in range(i + 2, min(i + 2 + JUMP, len(order) + 1))]
+    return out
 
 
 def _critical_arcs(p: Placement, cur: _State, end: dict[Key, Number]) -> list[tuple[int, int]]:
@@ -245,8 +237,8 @@ def _rebuilt(s: Schedule, cur: _State) -> Schedule:
     p, n = s.placement, s.micro_batches
     meta = dict(s.meta)
     try:
-        plain = Schedule.build(p, n, cur.start, s.memory_limit, None, meta, check=True)
-    except ScheduleError as e:  # floating point: a release summed to just after an allocation
+        plain = settled(p, n, cur.start, s.memory_limit, None, meta)  # float dust settled (tessel.dust)
+    except ScheduleError as e:
         log.info("polish dropped: %s", e)
         return s
     rep = s.repetend

@@ -10,8 +10,9 @@ span of the pattern, which sets how long warm-up and cool-down are.
 The period search is anytime. It starts from a repetend that fits (a construction, or one
 micro-batch at a time: fast.py), so a feasible period `hi` is known before any solve, and
 brackets between it and the bound `lo`: the bound first, then bisection. No solve gets more
-than a slice of the time, so a period the solver cannot decide in its slice is recorded as
-undecided and the search goes on above it. When one micro-batch per period stays above the
+than a slice of the work (deterministic seconds: Budget.period_work, set by the search's limit,
+so a loaded machine decides the same periods), so a period the solver cannot decide in its slice
+is recorded as undecided and the search goes on above it. When one micro-batch per period stays above the
 bound, patterns of up to MAX_COPIES micro-batches are tried for a smaller period per micro-batch.
 """
 from __future__ import annotations
@@ -30,7 +31,7 @@ from .budget import Budget, Clock, Stall
 from .fast import constructions, starting_repetend
 from .modulo import Modulo, fits
 from .problem import Problem
-from .solver import Model, PatternVar, Progress, SolveResult, VarKey
+from .solver import Model, PatternVar, Progress, SolveResult, VarKey, work_done
 
 log = logging.getLogger(__name__)
 MAX_COPIES = 4
@@ -173,22 +174,34 @@ class _Search:
     """The period search, sharing a clock and a log of every solve."""
 
     def __init__(self, problem: Problem, clock: Clock, workers: int | None, progress: Progress | None,
-                 budget: Budget) -> None:
+                 budget: Budget, work: float = math.inf) -> None:
         self.problem, self.clock, self.workers, self.progress = problem, clock, workers, progress
         self.budget = budget
         self.tried: list[tuple[int, int, str]] = []
         # the span is only a proxy for warm-up length: stop polishing it once it stalls
         self.stall = budget.repetend_stall(len(problem.block_ids))
+        self.work, self.work0 = work, work_done()  # deterministic seconds of solver work, all solves
 
     def going(self, clock: Clock | None = None) -> bool:
-        """Time for one more solve on `clock` (default the search's)."""
-        return (clock or self.clock).left() > self.budget.min_slice
+        """Time for one more solve on `clock` (default the search's), and work for it."""
+        return (clock or self.clock).left() > self.budget.min_slice and self.work_left() > self.budget.min_slice_work
 
-    def slice(self) -> Clock:
-        """One period's solve: a share of what the search has left (at least the least slice),
-        at most Budget.cap of the stall's."""
-        share = max(self.budget.min_slice, self.clock.left() * self.budget.slice_share)
-        return self.clock.within(min(share, max(self.budget.min_slice, self.budget.cap(self.stall, self.workers))))
+    def work_left(self) -> float:
+        return self.work - (work_done() - self.work0)
+
+    def slice(self) -> tuple[Clock, Stall]:
+        """One period's solve: a share of the work the search has left (at least the least
+        slice), as the stall's work (one worker: the same on a loaded machine, so the same periods
+        are decided); the wall clock, Budget.work_wall seconds per deterministic second of it (and
+        at most Budget.cap of the stall's), is only a safety net."""
+        b = self.budget
+        work = max(b.min_slice_work, self.work_left() * b.slice_share)
+        stall = self.stall.within(work)
+        if math.isinf(self.work):  # no budget of work: a share of the time left, as it was
+            wall = max(b.min_slice, self.clock.left() * b.slice_share)
+        else:
+            wall = max(b.min_slice, stall.work * b.work_wall * b.slice_wall)
+        return self.clock.within(min(wall, max(b.min_slice, b.cap(self.stall, self.workers)))), stall
 
     def attempt(self, T: int, hint: Modulo | None = None) -> tuple[_Found | None, str]:
         """One period of one micro-batch, hinted by a construction at it; a construction that fits
@@ -229,10 +242,10 @@ class _Search:
     def solve(self, T: int, hint: Modulo | None, problem: Problem | None = None) -> SolveResult:
         """One micro-batch at period T in a slice; undecided at once when the slice cannot hold
         building the model (Budget.model_per_block: 1.6 s at 8,192 blocks, for a slice of 0.3 s)."""
-        p, clock = problem or self.problem, self.slice()
+        p, (clock, stall) = problem or self.problem, self.slice()
         if not self.budget.models(len(p.block_ids), clock, self.budget.model_per_block):
             return SolveResult("unknown", None, None, 0.0)
-        return solve_period(p, T, clock, self.workers, hint, self.progress, 1, self.stall)
+        return solve_period(p, T, clock, self.workers, hint, self.progress, 1, stall)
 
     def bracket(self, lo: int, best: _Found) -> _Found:
         """The smallest period of one micro-batch in [lo, best's period): the bound first, then
@@ -276,16 +289,17 @@ def _below(ratio: Fraction, floor: Fraction) -> Iterator[tuple[int, int]]:
 
 def find_repetend(problem: Problem, clock: Clock, workers: int | None = None,
                   progress: Progress | None = None, start: Modulo | None = None,
-                  budget: Budget | None = None) -> RepetendResult:
+                  budget: Budget | None = None, work: float | None = None) -> RepetendResult:
     """The repetend with the smallest period per micro-batch found in time, and the shortest span
-    at it; `start` is a repetend that fits (fast.starting_repetend when not given).
+    at it; `start` is a repetend that fits (fast.starting_repetend when not given). Its solves do
+    at most `work` deterministic seconds in all (default Budget.period_work of the clock's limit).
 
     Periods below the device-load bound and below the memory bound (Little's law) are never
     tried; those are infeasible by argument."""
     budget = budget or Budget()
     t0 = time.perf_counter()
     start = start if start is not None else starting_repetend(problem, clock.share(budget.start_share))
-    run = _Search(problem, clock, workers, progress, budget)
+    run = _Search(problem, clock, workers, progress, budget, budget.period_work(clock.limit) if work is None else work)
     floor = problem.period_floor
     best = run.bracket(math.ceil(floor), _Found(start, "construction", "none"))
     if best.modulo.per_micro_batch > floor:
@@ -327,8 +341,8 @@ def _more_copies(run: _Search, floor: Fraction, best: _Found, clock: Clock) -> _
             break
         if p == 1:
             continue
-        res = solve_period(run.problem, t, clock.within(run.slice().left()), run.workers, None, run.progress,
-                           p, run.stall)
+        wall, stall = run.slice()
+        res = solve_period(run.problem, t, clock.within(wall.left()), run.workers, None, run.progress, p, stall)
         run.tried.append((p, t, res.status))
         if res.found:
             return _Found(modulo_of(res.values, run.problem, t, p), "solver", res.status)

@@ -42,14 +42,20 @@ def completion(state: State, clock: Clock) -> None:
 
 
 def deepest_repetend(state: State, clock: Clock) -> None:
-    """The deepest repetend at the period found (Budget.deep_share of the clock), completed on
-    what is left; it replaces the best when shorter."""
-    mod, p = state.modulo, state.problem
+    """The deepest repetend at the period found (Budget.deep_share of the period search's work,
+    from the search's limit: the same on a loaded machine; the wall clock only a safety net),
+    completed on what is left; it replaces the best when shorter."""
+    mod, p, b = state.modulo, state.problem, state.budget
     if mod is None or state.at_bound():  # already at the proven bound: nothing to gain
         return
-    stall = state.budget.repetend_stall(len(p.block_ids))
-    deep = deepest(p, mod, clock.share(state.budget.deep_share).within(state.budget.cap(stall, state.workers)), state.workers,
-                   stall)
+    stall = b.repetend_stall(len(p.block_ids))
+    work = b.period_work(state.clock.limit) * b.deep_share
+    if work < float("inf"):
+        stall = stall.within(work)
+        wall = clock.within(stall.work * b.work_wall * b.slice_wall)
+    else:  # asked to prove: a share of the time left, as it was
+        wall = clock.share(b.deep_share)
+    deep = deepest(p, mod, wall.within(b.cap(stall, state.workers)), state.workers, stall)
     if deep is not None and deep.in_flight(p) > mod.in_flight(p) and not clock.expired() \
             and state.affords(state.budget.own_builds):
         if state.offer(completed(state, deep, clock, "completion_deep")):

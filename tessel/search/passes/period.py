@@ -18,7 +18,9 @@ def period_search(state: State, clock: Clock) -> None:
         return
     p = state.problem
     state.report(phase="repetend", period=p.real(p.period_bound))
-    res = find_repetend(p, clock, state.workers, state.progress, state.start, state.budget)
+    # its work is set by the search's limit, not by the time left (which the load decides)
+    res = find_repetend(p, clock, state.workers, state.progress, state.start, state.budget,
+                        state.budget.period_work(state.clock.limit))
     _keep(state, res)
 
 
