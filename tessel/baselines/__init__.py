@@ -14,10 +14,10 @@ from collections.abc import Callable
 from dataclasses import replace
 from functools import lru_cache, partial
 
-from ..dust import settle
 from ..key import Key
 from ..placement import Placement
 from ..schedule import EPS, Schedule, normalise_limit
+from ..timing import settled
 from .repetend import detect, window_holds
 from .schedules import REGISTRY, Baseline, Limit
 from .shapes import BaselineError
@@ -74,11 +74,7 @@ def _get(name: str) -> Baseline:
 
 
 def _make(base: Baseline, p: Placement, limit: Limit, n: int) -> Schedule:
-    s = Schedule.build(p, n, base.starts(p, n, limit), check=False)
-    # a start snapped to an integer (26.99999999999999 -> 27) can end a release a hair after the
-    # allocation timed right behind it: one activation over by rule 4 (tessel.dust)
-    moved = settle(p, s.tasks)
-    return Schedule.build(p, n, {**s.start, **moved}, check=False) if moved else s
+    return settled(p, n, base.starts(p, n, limit), check=False)  # float dust settled (tessel.dust)
 
 
 def _repetend(base: Baseline, make: Callable[[int], Schedule], s: Schedule) -> Schedule:

@@ -17,7 +17,7 @@ from .budget import Budget, Clock
 from .modulo import Modulo
 from .problem import Problem
 from .repetend import RepetendResult
-from .solver import Progress, work_done
+from .solver import Progress
 
 
 @dataclass
@@ -46,7 +46,6 @@ class State:
     per_task: float | None = None  # seconds per task a linear build took here (race.py), once measured
     _bound: tuple[Number, str] | None = None  # the arguments' bound (bounds.proven_lower_bound), once
     _relaxed: bool = False  # the one-device relaxation has run (--prove only)
-    _work0: float = field(default_factory=work_done)  # the thread's solver work when the search began
 
     def report(self, **update: Any) -> None:
         if self.progress:
@@ -54,10 +53,6 @@ class State:
 
     def lap(self, phase: str, since: float) -> None:
         self.seconds[phase] = round(self.seconds.get(phase, 0.0) + time.perf_counter() - since, 3)
-
-    def solver_work(self) -> float:
-        """Deterministic seconds of solver work the search has done so far (solver.work_done)."""
-        return work_done() - self._work0
 
     def value(self, s: Schedule) -> Number:
         return objective_value(s, self.objective)
