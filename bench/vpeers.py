@@ -56,13 +56,12 @@ from peers import PROFILED, load_peer  # noqa: E402  (bench/peers.py: the ZB rep
 
 from tessel import library  # noqa: E402
 from tessel.baselines import BaselineError, run_baseline  # noqa: E402
-from tessel.dust import settle  # noqa: E402
 from tessel.io import atomic_write  # noqa: E402
 from tessel.key import Key  # noqa: E402
 from tessel.placement import Number, Placement  # noqa: E402
 from tessel.schedule import EPS, Schedule, ScheduleError  # noqa: E402
 from tessel.search import Budget, search  # noqa: E402
-from tessel.timing import earliest_starts  # noqa: E402
+from tessel.timing import earliest_starts, settled  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 log = logging.getLogger("vpeers")
@@ -204,10 +203,9 @@ def run_peer(peer: Peer, mods: dict[str, Any] | None, cfg: Config) -> Schedule |
         if isinstance(out, Schedule):
             return out
         p = cfg.placement(peer.shape)
-        s = Schedule.build(p, cfg.m, earliest_starts(p, cfg.m, out), check=False)
         # float dust from snapped starts settled as for tessel's baselines (tessel.dust): the
         # peer's peak is its order's, not one activation more
-        return Schedule.build(p, cfg.m, {**s.start, **settle(p, s.tasks)}, check=True)
+        return settled(p, cfg.m, earliest_starts(p, cfg.m, out))
     except (BaselineError, ScheduleError, AssertionError, KeyError, ValueError, IndexError, TypeError) as e:
         log.info("%s on %s: %s", peer.name, cfg, e)
         return f"x ({type(e).__name__})"
