@@ -24,19 +24,26 @@ from __future__ import annotations
 
 from ...schedule import Schedule
 from ..budget import Clock
-from ..completion import compact, plain_unroll
-from ..grouped import grouped
+from ..completion import compact, makespan, plain_unroll
+from ..grouped import grouped, grouped_lists
 from ..modulo import Modulo
 from ..state import State
 from .complete import completed, sizes, with_kernel
 
 BASE = "grouped"  # meta.base of a grouped repetend's compacted unroll
+LISTED = "grouped-list"  # ... and of a grouped variant's list schedule of N micro-batches
 
 
 def grouped_seed(state: State, clock: Clock) -> None:
-    """The shortest compacted unroll of a grouped repetend: a seed, and State.grouped."""
+    """The shortest compacted unroll of a grouped repetend: a seed, and State.grouped; the
+    shortest of the variants' own list schedules of N micro-batches another seed."""
     if clock.expired() or not state.affords(state.budget.own_builds):
         return
+    lists = grouped_lists(state.problem, state.micro_batches, clock.deadline)
+    if lists:
+        state.seeds.append(state.problem.schedule(state.micro_batches, lists[0], None, None,
+                                                  {"base": LISTED, "repetend": "none"}))
+        state.statuses["grouped_list"] = state.problem.real(makespan(state.problem, lists[0]))
     todo = [(s, m) for m in grouped(state.problem, clock.deadline) if not clock.expired()
             for s in [unrolled(state, m)] if s is not None]
     if not todo:
