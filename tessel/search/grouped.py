@@ -16,7 +16,12 @@ the repetend read off its middle: p consecutive micro-batches repeated every shi
 group, kept when no two tasks of a device overlap modulo the period and its steady state fits
 the memory limits (fewer warm-up forwards hold less: under tighter limits the warm-ups are
 capped, the largest cap that fits kept; the period grows as the cap falls). Linear walks, no
-solver: GROUPS x p micro-batches, a dozen list schedules at most.
+solver: GROUPS x p micro-batches (fewer groups where that is over MOST_TASKS: 5 at 16 devices),
+a dozen list schedules at most.
+
+On the search's own N micro-batches (a multiple of p), the same variants' list schedules are
+schedules too (`grouped_lists`): where N is a few groups, warm-up and cool-down are most of it,
+and the list schedule runs them better than a repetend's unroll compacted (16 devices).
 """
 from __future__ import annotations
 

@@ -8,7 +8,10 @@ search and the completion (their solves may take the rest of a loaded machine's 
 devices the list schedules alone take it a second or two), each grouped repetend is unrolled
 and compacted (linear builds, no solver), and the shortest becomes a seed (State.seeds, offered
 after the completion by passes/justify.justify_both and polished by passes/orders.py) and
-State.grouped. Ranked by the compacted unroll, not by span nor by period: at 4 devices,
+State.grouped; the shortest of the variants' own list schedules of N micro-batches
+(grouped.grouped_lists) is a seed too (interleaved-zb, 16 devices, profiled costs, 32
+micro-batches, 32 activations a device: 90.40 where the grouped unroll compacts to 102.22).
+Ranked by the compacted unroll, not by span nor by period: at 4 devices,
 profiled costs and latency, 12 micro-batches, the grouped repetend of least span unrolls to
 33.06 (completed: 32.82), the other to 32.50 (the peer's hand-made order: 32.48); a longer period
 per micro-batch than the repetend's may still unroll shorter on few micro-batches
