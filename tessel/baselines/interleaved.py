@@ -14,7 +14,7 @@ Limit = Number | Sequence[Number] | None
 Starts = dict[Key, Number]
 
 
-def _looped(p: Placement) -> tuple[Chain, int]:
+def looped(p: Placement) -> tuple[Chain, int]:
     c = single_chain(p, "interleaved")
     devs = c.devices(p)
     first = devs[:p.devices]
@@ -29,18 +29,21 @@ def _looped(p: Placement) -> tuple[Chain, int]:
     return c, chunks
 
 
+_looped = looped  # the old private name (branches written against it)
+
+
 def interleaved_fits(p: Placement) -> None:
-    _looped(p)
+    looped(p)
 
 
 def interleaved(p: Placement, n: int, limit: Limit) -> Starts:
     """Megatron's warm-up of 2(p - r - 1) + (v - 1)p forwards on device r; each W right after its B."""
-    return earliest_starts(p, n, _interleaved_orders(p, n, lambda r, k, v: (k - r - 1) * 2 + (v - 1) * k,
-                                                     lambda r: 0))
+    return earliest_starts(p, n, interleaved_orders(p, n, lambda r, k, v: (k - r - 1) * 2 + (v - 1) * k,
+                                                    lambda r: 0))
 
 
 def interleaved_zb_fits(p: Placement) -> None:
-    c, _ = _looped(p)
+    c, _ = looped(p)
     if len(c.weight) != len(c.backward):
         raise BaselineError("interleaved-zb-h1 needs every backward split into B and W (placement interleaved-zb)")
 
@@ -49,15 +52,15 @@ def interleaved_zb(p: Placement, n: int, limit: Limit) -> Starts:
     """ZB-H1's two ideas on the looped pipeline: a warm-up of (v - 1)p + p - r - 1 forwards on
     device r (Megatron's less the p - r - 1 second-round ones, so v p activations at most) and
     device r keeping r weight passes back, which fill its cool-down's bubbles."""
-    return earliest_starts(p, n, _interleaved_orders(p, n, lambda r, k, v: (v - 1) * k + k - r - 1,
-                                                     lambda r: r))
+    return earliest_starts(p, n, interleaved_orders(p, n, lambda r, k, v: (v - 1) * k + k - r - 1,
+                                                    lambda r: r))
 
 
-def _interleaved_orders(p: Placement, n: int, warm_of: Callable[[int, int, int], int],
-                        lag_of: Callable[[int], int]) -> list[list[Key]]:
+def interleaved_orders(p: Placement, n: int, warm_of: Callable[[int, int, int], int],
+                       lag_of: Callable[[int], int]) -> list[list[Key]]:
     """Interleaved 1F1B orders: device r runs warm_of(r, p, v) forwards first; a split backward's
     W runs once lag_of(r) later B passes are queued behind it (0: right after its B)."""
-    c, v = _looped(p)
+    c, v = looped(p)
     k_dev = p.devices
     if n % k_dev:
         raise BaselineError(f"interleaved needs micro-batches a multiple of the {k_dev} devices, got {n}")
@@ -81,3 +84,6 @@ def _interleaved_orders(p: Placement, n: int, warm_of: Callable[[int, int, int],
                     order.append(held.pop(0))
         orders[dev] = order + held
     return orders
+
+
+_interleaved_orders = interleaved_orders  # the old private name (branches written against it)

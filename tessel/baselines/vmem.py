@@ -40,6 +40,7 @@ from ..key import Key
 from ..placement import Number, Placement
 from ..schedule import EPS
 from ..timing import order_peak, span
+from .deadline import OutOfTime
 from .shapes import BaselineError, Chain
 from .wfill import fill_weights
 from .zbv_hand import zbv_hand_orders
@@ -203,13 +204,19 @@ def _shortest(p: Placement, c: Chain, n: int, limit: Sequence[Number] | None,
               slacks: Sequence[float] = (0.0,),
              waits: Sequence[float] = (0.0,)) -> list[tuple[Number, Gaps, dict[Key, Number]]]:
     """The fitting blocks timed (with each W filling's slack and forward wait), shortest first;
-    a timing cut off once it cannot beat the best so far."""
+    a timing cut off once it cannot beat the best so far. Past a deadline set around the build
+    (tessel.baselines.deadline), those timed by then (OutOfTime when none is)."""
     late = set(c.weight.values())
     best: Number = math.inf
-    out = []
+    out: list[tuple[Number, Gaps, dict[Key, Number]]] = []
     for (g, orders), slack, wait in itertools.product(fits, slacks, waits):
-        starts = fill_weights(p, [[x for x in o if x[0] not in late] for o in orders], c.weight, limit, best,
-                              slack=slack, wait=wait)
+        try:
+            starts = fill_weights(p, [[x for x in o if x[0] not in late] for o in orders], c.weight, limit, best,
+                                  slack=slack, wait=wait)
+        except OutOfTime:
+            if not out:
+                raise
+            break  # anytime: the blocks timed by the deadline set around the build
         if starts is not None:
             length = span(p, starts)
             best = min(best, length)
@@ -221,13 +228,22 @@ def vmem_starts(p: Placement, c: Chain, n: int, limit: Sequence[Number] | None) 
     """The shortest schedule of the grid whose peaks fit `limit` (per device); BaselineError when
     none does. Every block is timed over a few micro-batches (the warm-up, some periods and the
     cool-down: what tells blocks apart), the best KEEP of them over all `n`, with and without a
-    leaner warm-up."""
+    leaner warm-up. Anytime where those few are all `n` (p = 16, m = 32: 5 CPU s a build): past
+    a deadline set around the build, the shortest timed by then."""
     few = min(n, 2 * p.devices + 4)
     tried = _shortest(p, c, few, limit, _fitting(p, c, few, limit, GRID), SLACKS[-1:])
     # the best blocks over every micro-batch, each with the leaner warm-up too (it moves only the
     # warm-up, which the few micro-batches do not weigh against the steady state)
     keep = [replace(g, lean=lean) for _, g, _ in tried[:KEEP] for lean in (0, 1)]
-    tried = _shortest(p, c, n, limit, _fitting(p, c, n, limit, keep), SLACKS, WAITS)
+    try:
+        final = _shortest(p, c, n, limit, _fitting(p, c, n, limit, keep), SLACKS, WAITS)
+    except OutOfTime:
+        final = []
+        if few < n:
+            raise
+    if few == n:  # the first timings were of every micro-batch: at a deadline, the best of both
+        final = sorted(final + tried, key=lambda t: t[0])
+    tried = final
     if not tried:
         raise BaselineError("no block of the family fits the memory limit")
     return tried[0][2]

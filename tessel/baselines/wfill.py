@@ -12,6 +12,7 @@ one global order, so no device waits for ever.
 """
 from __future__ import annotations
 
+import heapq
 import math
 from collections import deque
 from collections.abc import Sequence
@@ -157,20 +158,33 @@ class _Walk:
             self.parked.add(d)  # its input's device, at this same time, moves first
 
     def run(self) -> dict[Key, Number] | None:
-        live = set(range(self.p.devices))
+        # the device moved next: the live one not parked with the least (time, index). A step
+        # changes only its own device's time, and parks it or unparks all: a heap of the others
+        # (p = 16, N = 32: 3,000 steps a walk, v-mem ~90 walks; a scan of the devices a step was
+        # a third of v-mem's build)
+        heap = [(self.cur[e], e) for e in range(self.p.devices)]
+        held: list[int] = []  # parked, out of the heap until the next task placed unparks them
         steps = 0
-        while live:
+        while heap or held:
             steps += 1
             if steps % CHECK_EVERY == 0:
                 deadline.check()  # OutOfTime past the deadline the caller set (the race: the search's clock)
-            d = min((e for e in live if e not in self.parked), key=lambda e: (self.cur[e], e), default=None)
-            if d is None:
+            if not heap:
                 raise DeadlockError("W-filling walk: every device waits on another")
+            _, d = heapq.heappop(heap)
             self._step(d)
             if self.cur[d] + self.work[d] > self.cutoff + EPS:
                 return None  # longer than the cutoff whatever comes next
+            if not self.parked:
+                for e in held:
+                    heapq.heappush(heap, (self.cur[e], e))
+                held = []
             if self.pos[d] == len(self.orders[d]) and not self.pending[d]:
-                live.discard(d)
+                continue  # done
+            if d in self.parked:
+                held.append(d)
+            else:
+                heapq.heappush(heap, (self.cur[d], d))
         return self.start
 
 

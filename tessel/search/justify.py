@@ -126,7 +126,7 @@ def _windows(problem: Problem, n: int, starts: Starts) -> list[Modulo]:
             pattern = {(b, j): starts[(b, k + j)] for b in problem.block_ids for j in range(c)}
             for period in sorted({c * problem.period_bound, starts[(first, k + c)] - starts[(first, k)]}):
                 mod = Modulo.from_starts(period, pattern, c) if period >= c * problem.period_bound else None
-                if mod is not None and _no_overlap(problem, mod) and fits(problem, mod):
+                if mod is not None and no_overlap(problem, mod) and fits(problem, mod):
                     out.append(mod)
                     break
         if any(mod.per_micro_batch <= problem.period_floor for mod in out):
@@ -134,7 +134,7 @@ def _windows(problem: Problem, n: int, starts: Starts) -> list[Modulo]:
     return out
 
 
-def _no_overlap(problem: Problem, mod: Modulo) -> bool:
+def no_overlap(problem: Problem, mod: Modulo) -> bool:
     """No two tasks of a device overlap modulo the period (the repetend's device rule)."""
     busy: dict[int, list[tuple[int, int]]] = {}
     for (b, _), r in mod.phase.items():
@@ -146,6 +146,9 @@ def _no_overlap(problem: Problem, mod: Modulo) -> bool:
             if q - r < d:
                 return False
     return True
+
+
+_no_overlap = no_overlap  # the old private name (branches written against it)
 
 
 def reversed_placement(p: Placement) -> Placement:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 
 from ...baselines import BASELINES, BaselineError, futile, why_not
+from ...baselines.deadline import until
 from ...key import Key
 from ...schedule import ScheduleError
 from ...timing import earliest_starts, orders_from_starts
@@ -48,7 +49,7 @@ def vmem_start(state: State, clock: Clock) -> None:
     p, start, n = state.problem, state.start, state.micro_batches
     if start is None or clock.expired() or state.budget.race:
         return  # raced: v-mem is among the baselines (raced before or after), the clock is better spent on our own
-    starts = _built(state, n)
+    starts = _built(state, n, clock.deadline)
     if starts is None:
         return
     mod = best_window(p, n, starts) if n >= READ else None
@@ -65,11 +66,13 @@ def vmem_start(state: State, clock: Clock) -> None:
         state.seeds.append(seed)
 
 
-def _built(state: State, n: int) -> dict[Key, int] | None:
+def _built(state: State, n: int, deadline: float) -> dict[Key, int] | None:
     """v-mem's orders of `n` micro-batches, built on the real placement (its walk places the W
     passes on the real durations and latencies, where the grid's rounding would move them) and
     replayed as early as they allow on the grid; None where v-mem does not apply, is futile,
-    does not fit the clock or finds nothing under the limit."""
+    does not fit the clock or finds nothing under the limit. Stopped at the time.perf_counter()
+    `deadline` (p = 16, V-Half's memory: 5 CPU s a build, 20-30 s of wall time on 2 cores at
+    load 12, past a 20 s search's clock), with the best timed by then."""
     p = state.problem
     real, limit = p.placement, p.real_limit()
     if why_not(METHOD, real) is not None or futile(METHOD, real, n, limit) is not None:
@@ -77,7 +80,8 @@ def _built(state: State, n: int) -> dict[Key, int] | None:
     if not state.affords(state.budget.own_builds, n):
         return None
     try:
-        s = BASELINES[METHOD](real, n, limit)
+        with until(deadline):  # never past the search's clock: v-mem's best by then (anytime)
+            s = BASELINES[METHOD](real, n, limit)
     except (BaselineError, ScheduleError) as e:
         log.info("v-mem start: %s", e)
         return None
