@@ -58,12 +58,12 @@ class Fill:
     urgent: bool = False
 
 
-# Every block is screened with a W let into a wait half its length (with latency, a forward's
-# input often lands a little after a W would have to start: 0.4-1.4% shorter at p = 6, V-Half's
-# memory), and again with the `urgent` walk below (it ranks blocks otherwise: with latency,
-# V-Half's memory, p = 6, m = 18: 53.072 -> 52.980 with its best too). The best KEEP of each
-# screen are timed with each of FILLS, measured on `zbv`, profiled costs, p = 6 and 8, m = 2p..4p,
-# V-Half's and V-Min's memory (bench/vpeers.py); the others there never won alone:
+# Every block is screened with the `urgent` walk below (with latency, a forward's input often
+# lands a little after a W would have to start: with W passes let into such waits, 0.4-1.4%
+# shorter at p = 6, V-Half's memory; screened with the plain slack 0.5 instead, p = 6, m = 18,
+# latency: 53.072 where this screen's blocks give 52.980). The best KEEP are timed with each of
+# FILLS, measured on `zbv`, profiled costs, p = 6 and 8, m = 2p..4p, V-Half's and V-Min's memory
+# (bench/vpeers.py); the other walks tried there never won alone:
 # - `wait` 0.2 (a device about to start a ready forward waits up to a fifth of it for one nearer
 #   the loss): with latency, V-Half's memory, p = 6, m = 12 / 18: 38.612 -> 38.176 / 53.804 ->
 #   53.368 (micro-batch 0's trip back up the V is not held behind one more chunk-0 forward);
@@ -74,7 +74,7 @@ class Fill:
 #   chunk-1 forward: that forward carries its micro-batch back to the loss, which every device's
 #   backward waits on): with latency, V-Half's memory, p = 6 m = 24: 68.684 -> 67.860, p = 8
 #   m = 32: 93.392 -> 91.788; slack 0.8 alone: with latency, V-Min's memory (43.404 -> 43.268).
-SCREENS = (Fill(0.5), Fill(0.8, 0.2, urgent=True))
+SCREEN = Fill(0.8, 0.2, urgent=True)
 FILLS = (Fill(0.8, 0.2, urgent=True), Fill(0.5, 0.2), Fill(0.5, overtake=True), Fill(0.8, 0.2), Fill(0.0))
 
 
@@ -241,14 +241,13 @@ def _shortest(p: Placement, c: Chain, n: int, limit: Sequence[Number] | None,
 def vmem_starts(p: Placement, c: Chain, n: int, limit: Sequence[Number] | None) -> dict[Key, Number]:
     """The shortest schedule of the grid whose peaks fit `limit` (per device); BaselineError when
     none does. Every block is timed over a few micro-batches (the warm-up, some periods and the
-    cool-down: what tells blocks apart) with each walk of SCREENS, the best KEEP of each over all
-    `n`, with and without a leaner warm-up, each with every walk of FILLS."""
+    cool-down: what tells blocks apart), the best KEEP of them over all `n`, with and without a
+    leaner warm-up, each with every walk of FILLS."""
     few = min(n, 2 * p.devices + 4)
-    fits = _fitting(p, c, few, limit, GRID)
-    best = [g for f in SCREENS for _, g, _ in _shortest(p, c, few, limit, fits, (f,))[:KEEP]]
+    tried = _shortest(p, c, few, limit, _fitting(p, c, few, limit, GRID), (SCREEN,))
     # the best blocks over every micro-batch, each with the leaner warm-up too (it moves only the
     # warm-up, which the few micro-batches do not weigh against the steady state)
-    keep = list(dict.fromkeys(replace(g, lean=lean) for g in best for lean in (0, 1)))
+    keep = [replace(g, lean=lean) for _, g, _ in tried[:KEEP] for lean in (0, 1)]
     tried = _shortest(p, c, n, limit, _fitting(p, c, n, limit, keep), FILLS)
     if not tried:
         raise BaselineError("no block of the family fits the memory limit")
