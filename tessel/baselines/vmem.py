@@ -19,7 +19,10 @@ idle while micro-batch 0 goes down and back up the V. Each device takes its forw
 backwards in nominal order (ties: the task later in the micro-batch's chain first, then the older
 micro-batch); the nominal slot grows along every edge, so no order can deadlock. The W passes are
 placed as the orders are timed (tessel.baselines.wfill: into the bubbles, or when a forward needs
-the memory they free), on the real costs and latencies.
+the memory they free), on the real costs and latencies; the walk may also run a ready forward
+before a backward not yet ready where the limit allows it (`overtake`), and keep a W from
+lengthening a wait before a chunk-1 forward (`urgent`): each block is timed with a few such
+walks (FILLS).
 
 Longer gaps leave more slack for real costs and latency but keep activations longer; the family
 tries a fixed grid of blocks and keeps those whose per-device peak fits the limit, counted on the
