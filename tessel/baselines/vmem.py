@@ -19,7 +19,10 @@ idle while micro-batch 0 goes down and back up the V. Each device takes its forw
 backwards in nominal order (ties: the task later in the micro-batch's chain first, then the older
 micro-batch); the nominal slot grows along every edge, so no order can deadlock. The W passes are
 placed as the orders are timed (tessel.baselines.wfill: into the bubbles, or when a forward needs
-the memory they free), on the real costs and latencies.
+the memory they free), on the real costs and latencies; the walk may also run a ready forward
+before a backward not yet ready where the limit allows it (`overtake`), and keep a W from
+lengthening a wait before a chunk-1 forward (`urgent`): each block is timed with a few such
+walks (FILLS).
 
 Longer gaps leave more slack for real costs and latency but keep activations longer; the family
 tries a fixed grid of blocks and keeps those whose per-device peak fits the limit, counted on the
@@ -47,15 +50,36 @@ from .zbv_hand import zbv_hand_orders
 
 INTERVAL = 6  # slots per micro-batch per device: F, B and W of two chunks
 KEEP = 4  # blocks timed over every micro-batch, the best over a few
-# the W filling's slack (tessel.baselines.wfill): every block screened with a W let into a wait half
-# its length (with latency, a forward's input often lands a little after a W would have to start:
-# 0.4-1.4% shorter at p = 6, V-Half's memory), the best timed with both
-SLACKS = (0.0, 0.5)
-# how long a device about to start a ready forward waits for one nearer the loss (wfill's `wait`,
-# a fraction of the forward's length): with latency, V-Half's memory, p = 6, profiled costs,
-# m = 12 / 18: 38.612 -> 38.176 / 53.804 -> 53.368 (micro-batch 0's trip back up the V is not
-# held behind one more chunk-0 forward); the final timings try both
-WAITS = (0.0, 0.2)
+
+
+@dataclass(frozen=True)
+class Fill:
+    """How the W-filling walk times a block's orders (tessel.baselines.wfill: `slack`, `wait`,
+    `overtake`); `urgent`: no W lengthens a wait before a chunk-1 forward."""
+    slack: float = 0.0
+    wait: float = 0.0
+    overtake: bool = False
+    urgent: bool = False
+
+
+# Every block is screened with the `urgent` walk below (with latency, a forward's input often
+# lands a little after a W would have to start: with W passes let into such waits, 0.4-1.4%
+# shorter at p = 6, V-Half's memory; screened with the plain slack 0.5 instead, p = 6, m = 18,
+# latency: 53.072 where this screen's blocks give 52.980). The best KEEP are timed with each of
+# FILLS, measured on `zbv`, profiled costs, p = 6 and 8, m = 2p..4p, V-Half's and V-Min's memory
+# (bench/vpeers.py); the other walks tried there never won alone:
+# - `wait` 0.2 (a device about to start a ready forward waits up to a fifth of it for one nearer
+#   the loss): with latency, V-Half's memory, p = 6, m = 12 / 18: 38.612 -> 38.176 / 53.804 ->
+#   53.368 (micro-batch 0's trip back up the V is not held behind one more chunk-0 forward);
+# - `overtake` (a ready forward before a backward not yet ready, where the limit allows): without
+#   latency, V-Min's memory at p = 6 (43.940 -> 43.440 at m = 12) and V-Half's at p = 8 (90.464 ->
+#   90.008 at m = 32);
+# - slack 0.8, `urgent` (a W may lengthen a wait by most of its length, but never one before a
+#   chunk-1 forward: that forward carries its micro-batch back to the loss, which every device's
+#   backward waits on): with latency, V-Half's memory, p = 6 m = 24: 68.684 -> 67.860, p = 8
+#   m = 32: 93.392 -> 91.788; slack 0.8 alone: with latency, V-Min's memory (43.404 -> 43.268).
+SCREEN = Fill(0.8, 0.2, urgent=True)
+FILLS = (Fill(0.8, 0.2, urgent=True), Fill(0.5, 0.2), Fill(0.5, overtake=True), Fill(0.8, 0.2), Fill(0.0))
 
 
 @dataclass(frozen=True)
@@ -201,18 +225,19 @@ def _fitting(p: Placement, c: Chain, n: int, limit: Sequence[Number] | None,
 
 def _shortest(p: Placement, c: Chain, n: int, limit: Sequence[Number] | None,
               fits: list[tuple[Gaps, list[list[Key]]]],
-              slacks: Sequence[float] = (0.0,),
-             waits: Sequence[float] = (0.0,)) -> list[tuple[Number, Gaps, dict[Key, Number]]]:
-    """The fitting blocks timed (with each W filling's slack and forward wait), shortest first;
-    a timing cut off once it cannot beat the best so far. Past a deadline set around the build
-    (tessel.baselines.deadline), those timed by then (OutOfTime when none is)."""
+              fills: Sequence[Fill] = (Fill(),)) -> list[tuple[Number, Gaps, dict[Key, Number]]]:
+    """The fitting blocks timed (with each of `fills`), shortest first; a timing cut off once it
+    cannot beat the best so far. Past a deadline set around the build (tessel.baselines.deadline),
+    those timed by then (OutOfTime when none is)."""
     late = set(c.weight.values())
+    chunk1 = c.forward[len(c.forward) // 2:]
     best: Number = math.inf
     out: list[tuple[Number, Gaps, dict[Key, Number]]] = []
-    for (g, orders), slack, wait in itertools.product(fits, slacks, waits):
+    for (g, orders), f in itertools.product(fits, fills):
         try:
             starts = fill_weights(p, [[x for x in o if x[0] not in late] for o in orders], c.weight, limit, best,
-                                  slack=slack, wait=wait)
+                                  slack=f.slack, wait=f.wait, overtake=f.overtake,
+                                  urgent=chunk1 if f.urgent else ())
         except OutOfTime:
             if not out:
                 raise
@@ -228,15 +253,15 @@ def vmem_starts(p: Placement, c: Chain, n: int, limit: Sequence[Number] | None) 
     """The shortest schedule of the grid whose peaks fit `limit` (per device); BaselineError when
     none does. Every block is timed over a few micro-batches (the warm-up, some periods and the
     cool-down: what tells blocks apart), the best KEEP of them over all `n`, with and without a
-    leaner warm-up. Anytime where those few are all `n` (p = 16, m = 32: 5 CPU s a build): past
-    a deadline set around the build, the shortest timed by then."""
+    leaner warm-up, each with every walk of FILLS. Anytime where those few are all `n` (p = 16,
+    m = 32: 5 CPU s a build): past a deadline set around the build, the shortest timed by then."""
     few = min(n, 2 * p.devices + 4)
-    tried = _shortest(p, c, few, limit, _fitting(p, c, few, limit, GRID), SLACKS[-1:])
+    tried = _shortest(p, c, few, limit, _fitting(p, c, few, limit, GRID), (SCREEN,))
     # the best blocks over every micro-batch, each with the leaner warm-up too (it moves only the
     # warm-up, which the few micro-batches do not weigh against the steady state)
     keep = [replace(g, lean=lean) for _, g, _ in tried[:KEEP] for lean in (0, 1)]
     try:
-        final = _shortest(p, c, n, limit, _fitting(p, c, n, limit, keep), SLACKS, WAITS)
+        final = _shortest(p, c, n, limit, _fitting(p, c, n, limit, keep), FILLS)
     except OutOfTime:
         final = []
         if few < n:
@@ -254,7 +279,9 @@ def vmem_futile(p: Placement, c: Chain, n: int, limit: Sequence[Number] | None) 
     (1F1B's 2p chunk activations or more), the family keeps ZB-V's warm-up whole and its blocks
     only hold activations longer; measured at p = 4, 6, 8, m = 2p..4p, unit and profiled costs,
     latency or not, limits 2p and 2p + 1: never shorter than the best of zb-v-hand, zb-v and
-    dualpipev (bench/results/peers-v*.md), and 0.2-2 s a build. The check: the orders' peaks."""
+    dualpipev (bench/results/peers-v*.md), and 0.2-2 s a build. With no limit at all it may be
+    shorter, at twice the memory (p = 4, m = 8, latency: 21.652 holding 16 activations where
+    zb-v-hand takes 21.792 holding 8): skipped there too. The check: the orders' peaks."""
     hand = zbv_hand_orders(p, c, n)
     if limit is None or all(order_peak(p, o) <= cap + EPS for o, cap in zip(hand, limit)):
         return "zb-v-hand fits this limit, where v-mem was never shorter"

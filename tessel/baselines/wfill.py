@@ -15,7 +15,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from ..key import Key
 from ..placement import Number, Placement
@@ -30,9 +30,9 @@ CHECK_EVERY = 512  # steps between looks at the deadline (p = 16, N = 32: about 
 class _Walk:
     def __init__(self, p: Placement, orders: Sequence[Sequence[Key]], weight: dict[str, str],
                  limit: Sequence[Number] | None, cutoff: Number, reorder: bool, slack: float = 0.0,
-                 wait: float = 0.0) -> None:
+                 wait: float = 0.0, overtake: bool = False, urgent: Collection[str] = ()) -> None:
         self.p, self.weight, self.cutoff, self.reorder, self.slack = p, weight, cutoff, reorder, slack
-        self.wait = wait
+        self.wait, self.overtake, self.urgent = wait, overtake, frozenset(urgent)
         self.orders = [list(o) for o in orders]  # a ready task may move up its device's order
         # W passes the orders list stay where they are; only the others are filled in
         late = set(weight.values())
@@ -120,10 +120,31 @@ class _Walk:
         for i in range(self.pos[d] + 1, min(len(order), self.pos[d] + 1 + LOOKAHEAD)):
             b, m = order[i]
             mem = by[b].memory
-            if (mem <= 0 or only_forwards) and self._is_ready(b, m, t):
-                return i
+            if (mem <= 0 or only_forwards or self.overtake) and self._is_ready(b, m, t):
+                if mem <= 0 or only_forwards or self._fits_ahead(d, i):
+                    return i
             only_forwards = only_forwards and mem > 0
         return None
+
+    def _fits_ahead(self, d: int, i: int) -> bool:
+        """Whether the forward at place i of d's order may run before the backwards ahead of it
+        (`overtake`): now, before any W the device owes, it must fit the limit; and the order's
+        level with it moved up, each owed W counted as run (the walk runs them before a forward
+        that needs their memory, _step) and each later W right after its B, must stay within the
+        limit at every allocation up to its old place (from there on the level is the order's
+        own). So the order's peak with each W right after its B still bounds the walk's."""
+        by, order, cap = self.p.by_id, self.orders[d], self.cap[d] + EPS
+        mem = by[order[i][0]].memory
+        if self.mem[d] + mem > cap:
+            return False
+        level = self.mem[d] + sum(by[w].memory for w, _ in self.pending[d]) + mem
+        for b, m in order[self.pos[d]:i]:
+            level += by[b].memory
+            if by[b].memory > 0 and level > cap:
+                return False
+            if self._spawns(b, m):
+                level += by[self.weight[b]].memory
+        return True
 
     def _step(self, d: int) -> None:
         t, order, wait = self.cur[d], self.orders[d], self.pending[d]
@@ -150,7 +171,8 @@ class _Walk:
             order[i:jump + 1] = [order[jump], *order[i:jump]]
             self.pos[d] += 1
             return self._put(d, order[i], t)
-        if wait and t + self.p.by_id[wait[0][0]].duration * (1 - self.slack) <= r + EPS:
+        slack = 0.0 if b in self.urgent else self.slack
+        if wait and t + self.p.by_id[wait[0][0]].duration * (1 - slack) <= r + EPS:
             return self._put(d, wait.popleft(), t)
         if r > t + EPS:
             self.cur[d] = r
@@ -190,7 +212,8 @@ class _Walk:
 
 def fill_weights(p: Placement, orders: Sequence[Sequence[Key]], weight: dict[str, str],
                  limit: Sequence[Number] | None, cutoff: Number = math.inf,
-                 reorder: bool = True, slack: float = 0.0, wait: float = 0.0) -> dict[Key, Number] | None:
+                 reorder: bool = True, slack: float = 0.0, wait: float = 0.0, overtake: bool = False,
+                 urgent: Collection[str] = ()) -> dict[Key, Number] | None:
     """Start times of the F/B `orders` with each device's W passes that the orders leave out
     filled in (a W the orders list runs where it is); None as soon as the makespan is sure to
     exceed `cutoff`; OutOfTime past a deadline set around the build (tessel.baselines.deadline).
@@ -198,5 +221,8 @@ def fill_weights(p: Placement, orders: Sequence[Sequence[Key]], weight: dict[str
     A pending W fills a wait that is at least (1 - `slack`) of its length (0: only where it
     delays nothing; 0.5: it may delay the next task by up to half its length). With `wait` > 0,
     a device about to run a ready forward waits up to `wait` of its length for a forward nearer
-    the loss among the next ones in its order (_Walk._nearer_soon)."""
-    return _Walk(p, orders, weight, limit, cutoff, reorder, slack, wait).run()
+    the loss among the next ones in its order (_Walk._nearer_soon). With `overtake`, a device
+    whose next task is not ready may also run a ready forward a few places on past backwards,
+    where the limit allows it (_Walk._fits_ahead). Before a block of `urgent` a W fills only a
+    wait it does not lengthen (slack 0 there)."""
+    return _Walk(p, orders, weight, limit, cutoff, reorder, slack, wait, overtake, urgent).run()
