@@ -47,6 +47,7 @@ from .passes.rivals import completed_baseline
 from .passes.rounds import grouped_completion, grouped_seed
 from .passes.shapes import shapes
 from .passes.start import listed, start
+from .passes.vseed import vbuild_seed
 from .passes.vstart import vmem_seed, vmem_start
 from .passes.whole import exact, hinted, whole
 from .polish import MOST_TASKS
@@ -101,6 +102,7 @@ COMPLETION = (
     Pass("whole", whole, rivals=True, settle=True),  # few tasks: one solve of the whole problem, with a stall
 )
 TESSEL = (
+    Pass("vbuild", vbuild_seed),  # V, not raced: the V construction, a first answer and a polish seed
     Pass("vmem_start", vmem_start),  # V under a tight limit: v-mem's steady state when better, and a seed
     Pass("listed", listed),  # a repetend read off a list schedule: the period search's start when better
     Pass("grouped", grouped_seed),  # a looped placement's p-copy repetends, unrolled: the shortest a seed
