@@ -13,7 +13,8 @@ tessel: the period search brackets between that repetend's period and the bound,
         (passes/shapes.py: the least span misleads on interleaved placements with latency), and
         on looped placements a repetend of p micro-batches run in chunk rounds, unrolled before
         the period search and completed after the completion (passes/rounds.py, search/grouped.py: no solve
-        finds it in seconds).
+        finds it in seconds); on V placements with no baseline raced, a V construction read off the
+        placement is the first answer and a seed of the order polish (passes/vseed.py, search/vbuild.py).
 fast:   constructed repetend, the solver only polishes its span (stops when it stalls), the whole
         schedule justified backward and forward by list scheduling (justify.py), completion.
 exact:  the tessel schedule as a hint, then the whole N-micro-batch problem in one solve.
