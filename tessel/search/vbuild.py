@@ -17,7 +17,8 @@ a V, which follows from the placement alone:
   chunk 0's first, then the two alternate;
 - one forward, one backward after the warm-up (1F1B), each W right after its B until the last
   forward; the cool-down's W passes fill the bubbles (baselines.wfill's walk, nothing reordered
-  unless asked: a W run where a B waits for its input ends the device sooner).
+  unless asked: a W run where a B waits for its input ends the device sooner; the cool-down split
+  as baselines.zbv_hand does it).
 
 `warm` 2p-1, `lead` p-r-1 and `lag` p-r keep 2p chunk activations on every device (1F1B's
 memory); the family tries each one step up (more slack for latency where memory allows; the
@@ -35,6 +36,7 @@ from collections.abc import Sequence
 
 from ..baselines.shapes import BaselineError, Chain, single_chain
 from ..baselines.wfill import fill_weights
+from ..baselines.zbv_hand import _cool_down_free
 from ..key import Key
 from ..placement import Number, Placement
 from ..schedule import EPS
@@ -75,7 +77,7 @@ def v_construction(p: Placement, n: int, limit: Sequence[Number] | None,
         if orders is None:
             continue
         for reorder, slack in TIMINGS:
-            starts = fill_weights(p, [_cool_down_free(p, c, o) for o in orders], c.weight, limit,
+            starts = fill_weights(p, [_cool_down_free(c, o) for o in orders], c.weight, limit,
                                   reorder=reorder, slack=slack)
             if starts is not None and (best is None or span(p, starts) < best[0] - EPS):
                 best = span(p, starts), starts
@@ -151,9 +153,3 @@ def _two(n: int, lag: int) -> list[tuple[int, int]]:
             a += 1
     return out
 
-
-def _cool_down_free(p: Placement, c: Chain, order: list[Key]) -> list[Key]:
-    """`order` without the W passes after its last forward (the walk fills them in)."""
-    late = set(c.weight.values())
-    last = max(i for i, (b, _) in enumerate(order) if p.by_id[b].kind == "forward")
-    return [x for i, x in enumerate(order) if i <= last or x[0] not in late]
