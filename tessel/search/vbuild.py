@@ -24,7 +24,8 @@ a V, which follows from the placement alone:
 memory); the family tries each one step up (more slack for latency where memory allows; the
 order's peak with each W after its B bounds the walk's) and both timings, and keeps the
 shortest. Orders that deadlock are dropped (a replay finds them), so no walk waits for ever.
-About a dozen linear walks: milliseconds at p = 8, N = 32.
+Eight variants, a replay and three walks each: 0.4 s at p = 6, N = 24 and 1 s at p = 8, N = 32
+on 2 cores at load 11.
 """
 from __future__ import annotations
 
