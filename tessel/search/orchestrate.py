@@ -13,7 +13,8 @@ tessel: the period search brackets between that repetend's period and the bound,
         (passes/shapes.py: the least span misleads on interleaved placements with latency), and
         on looped placements a repetend of p micro-batches run in chunk rounds, unrolled before
         the period search and completed after the completion (passes/rounds.py, search/grouped.py: no solve
-        finds it in seconds).
+        finds it in seconds); on V placements with no baseline raced, a V construction read off the
+        placement is the first answer and a seed of the order polish (passes/vseed.py, search/vbuild.py).
 fast:   constructed repetend, the solver only polishes its span (stops when it stalls), the whole
         schedule justified backward and forward by list scheduling (justify.py), completion.
 exact:  the tessel schedule as a hint, then the whole N-micro-batch problem in one solve.
@@ -47,6 +48,7 @@ from .passes.rivals import completed_baseline
 from .passes.rounds import grouped_completion, grouped_seed
 from .passes.shapes import shapes
 from .passes.start import listed, start
+from .passes.vseed import vbuild_seed
 from .passes.vstart import vmem_seed, vmem_start
 from .passes.whole import exact, hinted, whole
 from .polish import MOST_TASKS
@@ -101,6 +103,7 @@ COMPLETION = (
     Pass("whole", whole, rivals=True, settle=True),  # few tasks: one solve of the whole problem, with a stall
 )
 TESSEL = (
+    Pass("vbuild", vbuild_seed),  # V, not raced: the V construction, a first answer and a polish seed
     Pass("vmem_start", vmem_start),  # V under a tight limit: v-mem's steady state when better, and a seed
     Pass("listed", listed),  # a repetend read off a list schedule: the period search's start when better
     Pass("grouped", grouped_seed),  # a looped placement's p-copy repetends, unrolled: the shortest a seed
