@@ -250,6 +250,7 @@ def _with_memory(p: Placement, n: int, order: Sequence[str], before: Mapping[str
                 t = max(t, r[a][k] + g)
             for i, on in enumerate(same[x]):
                 t = max(t, _device_term(jobs.setdefault((x, i), ([], [])), on, x, k, r, dur))
+            bare = t  # before the memory holds it back
             for floor in floors.get(x, ()):
                 t = max(t, floor.wait(k))
             for limit, total, holds in plan.get(x, ()):
@@ -260,7 +261,7 @@ def _with_memory(p: Placement, n: int, order: Sequence[str], before: Mapping[str
                      None if known else (max(low[rel][k], ends[rel][-1]) if k else low[rel][0]) + dur[rel],
                      k if after else k + 1)
                     for rel, amount, known, after in holds])
-            for cycle in cycles.get(x, ()):  # the k-th of a block after x: its value so far
+            for cycle in cycles.get(x, ()) if t > bare else ():  # only where the memory holds it back (cost)
                 t = max(t, cycle.wait(k, lambda b, lo, hi: r[b][lo:hi] if len(r[b]) >= hi else [
                     *r[b][lo:], max(low[b][hi - 1], r[b][-1] + dur[b]) if hi > 1 else low[b][0]], dur))
             r[x].append(t)

@@ -252,7 +252,9 @@ def _least_cost(p: Placement, freed: Mapping[str, float], lead: Mapping[str, set
 
 # ---- the memory cycle: what the device runs before memory comes back ----------------------------
 CYCLE_WINDOW = 8  # tasks of each block before the k-th that the memory cycle counts (its cost: linear in it)
-CYCLE_CALLS = 2_500  # most micro-batches x (allocating block, device) pairs for memory cycles (~0.1 ms each)
+CYCLE_CALLS = 4_100  # most micro-batches x (allocating block, device) pairs for memory cycles (~0.1 ms each)
+CYCLE_MICRO_BATCHES = 64  # most micro-batches for memory cycles
+CYCLE_FLIGHT = 9  # most micro-batches a device's memory holds at once for its memory cycles (tight memory only)
 
 
 @dataclass(frozen=True)
@@ -332,12 +334,16 @@ def memory_cycles(p: Placement, memory: Mapping[int, tuple[Number, Sequence[Hold
     them, over every split of the releases that gives enough back. Where the memory comes back
     only after a round trip, it adds what the device runs in the round trip's cycle (a V's tip:
     a backward, both weight gradients and the next forward, one after another) to what the
-    releases' least ends alone prove. None above CYCLE_CALLS (`n` micro-batches)."""
+    releases' least ends alone prove. Only on devices whose memory holds at most CYCLE_FLIGHT
+    micro-batches at once (where a round trip's cycle sets the pace; elsewhere it costs time and
+    seldom proves more), none above CYCLE_CALLS or CYCLE_MICRO_BATCHES (`n` micro-batches)."""
     out: dict[str, list[Cycle]] = {}
-    if n * sum(len({a for a, _, _ in holds}) for _, holds in memory.values()) > CYCLE_CALLS:
+    if n > CYCLE_MICRO_BATCHES or n * sum(len({a for a, _, _ in holds}) for _, holds in memory.values()) > CYCLE_CALLS:
         return out
     for d, (limit, holds) in sorted(memory.items()):
         here = {b.id for b in p.blocks_on(d)}
+        if float(limit) > CYCLE_FLIGHT * sum(float(x) for _, _, x in holds if x > 0):
+            continue
         for x in sorted({a for a, _, _ in holds}):
             freed: dict[str, float] = {}
             for a2, rel, amount in holds:
