@@ -47,3 +47,4 @@ def test_a_peer_rebuilt_with_another_peak_than_recorded_gets_the_recorded_larges
              "memory": "torch ZBVZeroBubble's", "limit (max/device)": "99"}
     case = bound_gap.case_of(cells, None)
     assert case.limit == 99 and case.p == 4 and case.m == 8
+    assert bound_gap.case_of({**cells, "memory": "1F1B's"}, None).limit == 99  # and 1F1B's (peers-v-p16.md)
