@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from . import graph
-from .holds import Floor, device_ramp, holds_of, release_floors
+from .holds import Cycle, Floor, device_ramp, holds_of, memory_cycles, one_machine_end, release_floors
 from .numeric import EPS
 from .placement import Number, Placement
 
@@ -216,18 +216,21 @@ def _staggered(p: Placement, n: int, order: Sequence[str], before: Mapping[str, 
     if not waits or near is None:
         return r
     floors = release_floors(p, memory or {}, near, {x: float(row[0]) for x, row in r.items()})
-    return _with_memory(p, n, order, before, gap, r, near, waits, _same_device(p, order, near, n, term_work), floors)
+    return _with_memory(p, n, order, before, gap, r, near, waits, _same_device(p, order, near, n, term_work), floors,
+                        memory_cycles(p, memory or {}, near, n))
 
 
 def _with_memory(p: Placement, n: int, order: Sequence[str], before: Mapping[str, Sequence[str]],
                  gap: Callable[[str, str], Number], base: Rows, near: Mapping[str, frozenset[str]],
                  waits: Mapping[str, Sequence[tuple[Number, Sequence[tuple[str, Number]]]]],
-                 same: Mapping[str, Sequence[Sequence[str]]], floors: Mapping[str, Sequence[Floor]]) -> Rows:
+                 same: Mapping[str, Sequence[Sequence[str]]], floors: Mapping[str, Sequence[Floor]],
+                 cycles: Mapping[str, Sequence[Cycle]]) -> Rows:
     """The values of `base` (every argument but memory) raised by the memory argument, k by k
     (the releases' least ends, and the device's work to give memory back: holds.release_floors):
     for each k, in `order`, the inputs' and its own earlier task's values carry every delay on.
     A release that comes after the allocating block (a descendant) has not ended for the
-    micro-batch that starts it now: at most k of the k+1 have (the last field of a hold)."""
+    micro-batch that starts it now: at most k of the k+1 have (the last field of a hold); and what
+    the device runs before the memory comes back (holds.memory_cycles)."""
     pos = {x: i for i, x in enumerate(order)}  # a block before x in `order` has its k-th value already
     dur = {x: p.by_id[x].duration for x in order}
     gaps = {x: [(a, gap(a, x)) for a in before[x]] for x in order}
@@ -247,6 +250,7 @@ def _with_memory(p: Placement, n: int, order: Sequence[str], before: Mapping[str
                 t = max(t, r[a][k] + g)
             for i, on in enumerate(same[x]):
                 t = max(t, _device_term(jobs.setdefault((x, i), ([], [])), on, x, k, r, dur))
+            bare = t  # before the memory holds it back
             for floor in floors.get(x, ()):
                 t = max(t, floor.wait(k))
             for limit, total, holds in plan.get(x, ()):
@@ -257,6 +261,9 @@ def _with_memory(p: Placement, n: int, order: Sequence[str], before: Mapping[str
                      None if known else (max(low[rel][k], ends[rel][-1]) if k else low[rel][0]) + dur[rel],
                      k if after else k + 1)
                     for rel, amount, known, after in holds])
+            for cycle in cycles.get(x, ()) if t > bare else ():  # only where the memory holds it back (cost)
+                t = max(t, cycle.wait(k, lambda b, lo, hi: r[b][lo:hi] if len(r[b]) >= hi else [
+                    *r[b][lo:], max(low[b][hi - 1], r[b][-1] + dur[b]) if hi > 1 else low[b][0]], dur))
             r[x].append(t)
             ends[x].append(t + dur[x])
     return {x: np.array(row, dtype=np.float64) for x, row in r.items()}
@@ -277,7 +284,7 @@ def _device_term(jobs: tuple[list[float], list[float]], on: Sequence[str], x: st
     """The least start of the k-th task of x by its device d: before it, d ran k tasks of x and, of
     every ancestor a of x on d (`on`), k+1 tasks (those of the micro-batches of x's first k+1),
     one after another, the j-th of each no earlier than r[a][j] (r[x][j]), memory delays
-    included. So it is at least the least time one machine ends those jobs (_completion);
+    included. So it is at least the least time one machine ends those jobs (holds.one_machine_end);
     staggered_releases' device term with every release instead of the first. `jobs`: the
     releases and durations so far (k-1), extended here."""
     if not on:
@@ -285,16 +292,7 @@ def _device_term(jobs: tuple[list[float], list[float]], on: Sequence[str], x: st
     rel, work = jobs
     rel += [r[a][k] for a in on] + ([r[x][k - 1]] if k else [])
     work += [float(dur[a]) for a in on] + ([float(dur[x])] if k else [])
-    return _completion(rel, work)
-
-
-def _completion(release: Sequence[float], work: Sequence[float]) -> float:
-    """The least time one machine ends every job (release, work): max over jobs of its release
-    plus the work of every job released no earlier (those run after it starts, whatever the order)."""
-    rel = np.asarray(release)
-    order = np.argsort(rel, kind="stable")
-    after = np.cumsum(np.asarray(work)[order][::-1])[::-1]
-    return float(np.max(rel[order] + after))
+    return one_machine_end(rel, work)
 
 
 def _propagate(p: Placement, n: int, order: Sequence[str], before: Mapping[str, Sequence[str]],

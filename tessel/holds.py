@@ -248,3 +248,113 @@ def _least_cost(p: Placement, freed: Mapping[str, float], lead: Mapping[str, set
         work = sum(p.by_id[b].duration for b in set().union(*(lead[r] for r in chosen)))
         best = min(best, work / sum(freed[r] for r in chosen))
     return best
+
+
+# ---- the memory cycle: what the device runs before memory comes back ----------------------------
+CYCLE_WINDOW = 8  # tasks of each block before the k-th that the memory cycle counts (its cost: linear in it)
+CYCLE_CALLS = 4_100  # most micro-batches x (allocating block, device) pairs for memory cycles (~0.1 ms each)
+CYCLE_MICRO_BATCHES = 64  # most micro-batches for memory cycles
+CYCLE_FLIGHT = 9  # most micro-batches a device's memory holds at once for its memory cycles (tight memory only)
+
+
+@dataclass(frozen=True)
+class Cycle:
+    """What the k-th task of an allocating block x waits for on one limited device (memory_cycles):
+    the releases there, each (block, amount per micro-batch, a descendant of x); the blocks on the
+    device that count (`names`); per block, how many of its tasks count whatever the releases (k + 1
+    for x's ancestors there, k for x itself: `base`); per release, the blocks it waits for there
+    (itself and its ancestors on the device: `leads`)."""
+    limit: float
+    releases: tuple[tuple[str, float, bool], ...]
+    names: tuple[str, ...]
+    base: tuple[int, ...]  # 1: an ancestor of x (k + 1 tasks), 0: x itself (k), -1: neither
+    leads: tuple[tuple[bool, ...], ...]
+
+    def wait(self, k: int, rows: Callable[[str, int, int], Sequence[float]], duration: Mapping[str, Number]) -> float:
+        """The least start of the k-th task of x by the memory cycle (memory_cycles); 0 where the
+        memory does not hold it back. `rows(b, lo, hi)`: the least starts of tasks lo .. hi - 1 of b
+        in time order. Of each block only the last CYCLE_WINDOW tasks counted are kept (fewer jobs:
+        a lower bound still)."""
+        amounts = [a for _, a, _ in self.releases]
+        need = (k + 1) * sum(amounts) - self.limit
+        splits = _splits(need, amounts, [k if after else k + 1 for _, _, after in self.releases]) if need > 1e-9 else []
+        if not splits:
+            return 0.0
+        base = np.array(self.base)
+        counts = np.tile(np.where(base < 0, 0, k + base), (len(splits), 1))
+        ended = np.array(splits)
+        for i, lead in enumerate(self.leads):
+            counts = np.maximum(counts, np.where(np.array(lead), ended[:, i:i + 1], 0))
+        lo = max(0, k - CYCLE_WINDOW)
+        j = np.arange(lo, k + 1)
+        rel = np.array([rows(b, lo, k + 1) for b in self.names]).ravel()
+        work = np.repeat([float(duration[b]) for b in self.names], len(j))
+        order = np.argsort(rel, kind="stable")
+        mask = (j[None, None, :] < counts[:, :, None]).reshape(len(splits), -1)[:, order]
+        after = np.cumsum((mask * work[order])[:, ::-1], axis=1)[:, ::-1]
+        ends = np.where(mask, rel[order][None, :] + after, -np.inf).max(axis=1)
+        return max(0.0, float(ends.min()))
+
+
+def one_machine_end(release: Sequence[float], work: Sequence[float]) -> float:
+    """The least time one machine ends every job (release, work): max over jobs of its release
+    plus the work of every job released no earlier (those run after it starts, whatever the order)."""
+    rel = np.asarray(release)
+    order = np.argsort(rel, kind="stable")
+    after = np.cumsum(np.asarray(work)[order][::-1])[::-1]
+    return float(np.max(rel[order] + after))
+
+
+def _splits(need: float, amounts: Sequence[float], tops: Sequence[int]) -> list[tuple[int, ...]]:
+    """The least counts of each release's ended tasks (each at most its top) that give back at
+    least `need`: with two releases, every least pair (any other split is above one of them);
+    with more, the one below all of them (each count the least it can be whatever the others)."""
+    def least(rest: float, a: float) -> int:
+        return max(0, math.ceil(rest / a - 1e-9)) if a > 0 else 0
+    if sum(a * t for a, t in zip(amounts, tops)) < need - 1e-9:
+        return []  # nothing gives enough back: the memory argument of the bounds says so
+    if len(amounts) != 2:
+        total = sum(a * t for a, t in zip(amounts, tops))
+        return [tuple(min(t, least(need - (total - a * t), a)) for a, t in zip(amounts, tops))]
+    (a1, a2), (t1, t2) = amounts, tops
+    return [(e1, e2) for e1 in range(t1 + 1) if (e2 := least(need - a1 * e1, a2)) <= t2]
+
+
+def memory_cycles(p: Placement, memory: Mapping[int, tuple[Number, Sequence[Hold]]],
+                  near: Mapping[str, frozenset[str]], n: int) -> dict[str, list[Cycle]]:
+    """Per allocating block x, per limited device d: the memory cycle of the k-th task of x. When
+    it starts, the k+1 micro-batches that started x hold every amount of x's holds and its
+    ancestors' until their release ends, so the releases have given back at least
+    (k + 1) * amount - limit by then: some counts of each releasing block's tasks ended (the first
+    ones in time order, as a block's tasks run one after another; a release that comes after x
+    has ended for at most k of them). Each ended release ran on d after its micro-batch's
+    ancestors there; and before the k-th task of x, d ran k tasks of x and k+1 of each of its
+    ancestors there (bounds.staggered_releases' device term). All on one machine, each no
+    earlier than its least start: the k-th task starts no earlier than the least time d ends
+    them, over every split of the releases that gives enough back. Where the memory comes back
+    only after a round trip, it adds what the device runs in the round trip's cycle (a V's tip:
+    a backward, both weight gradients and the next forward, one after another) to what the
+    releases' least ends alone prove. Only on devices whose memory holds at most CYCLE_FLIGHT
+    micro-batches at once (where a round trip's cycle sets the pace; elsewhere it costs time and
+    seldom proves more), none above CYCLE_CALLS or CYCLE_MICRO_BATCHES (`n` micro-batches)."""
+    out: dict[str, list[Cycle]] = {}
+    if n > CYCLE_MICRO_BATCHES or n * sum(len({a for a, _, _ in holds}) for _, holds in memory.values()) > CYCLE_CALLS:
+        return out
+    for d, (limit, holds) in sorted(memory.items()):
+        here = {b.id for b in p.blocks_on(d)}
+        if float(limit) > CYCLE_FLIGHT * sum(float(x) for _, _, x in holds if x > 0):
+            continue
+        for x in sorted({a for a, _, _ in holds}):
+            freed: dict[str, float] = {}
+            for a2, rel, amount in holds:
+                if (a2 == x or a2 in near[x]) and amount > 0:
+                    freed[rel] = freed.get(rel, 0.0) + float(amount)
+            if freed and x in here:
+                ends = sorted(freed)
+                leads = [({r} | near[r]) & here for r in ends]
+                names = tuple(sorted((near[x] & here) | {x}.union(*leads)))
+                out.setdefault(x, []).append(Cycle(
+                    float(limit), tuple((r, freed[r], x in near[r]) for r in ends), names,
+                    tuple(1 if b in near[x] else 0 if b == x else -1 for b in names),
+                    tuple(tuple(b in lead for b in names) for lead in leads)))
+    return out

@@ -36,3 +36,15 @@ def test_a_vpeers_cache_row_is_bounded_below_its_recorded_schedules(tmp_path: Pa
     searched = bound_gap.searched(case.placement, case.m, case.limit)
     assert 0 < searched <= s.makespan and best_gap >= 1 and gap is not None and own is not None
     assert line.startswith("| cache.jsonl | zbv | 3 | 6 | unit | 1F1B's |") and own >= gap
+
+
+def test_a_peer_rebuilt_with_another_peak_than_recorded_gets_the_recorded_largest_on_every_device() -> None:
+    # bench/results/peers-v-p16-zbv.md recorded torch ZBVZeroBubble's largest peak 33 (p = 16, m = 32,
+    # profiled) where the schedule rebuilt here peaks otherwise: such a row is bounded under the
+    # recorded largest on every device (at least the peer's memory: still a lower bound) instead
+    # of stopping the whole table
+    cells = {"placement": "zbv", "p": "4", "m": "8", "costs": "unit", "latency": "0",
+             "memory": "torch ZBVZeroBubble's", "limit (max/device)": "99"}
+    case = bound_gap.case_of(cells, None)
+    assert case.limit == 99 and case.p == 4 and case.m == 8
+    assert bound_gap.case_of({**cells, "memory": "1F1B's"}, None).limit == 99  # and 1F1B's (peers-v-p16.md)
