@@ -154,7 +154,9 @@ def test_unroll_1f1b_to_ten_thousand_equals_building_it() -> None:
     assert unrolled.makespan == (10_000 + 3) * 4 and unrolled.peak_memory == (4, 3, 2, 1)
 
 
-@pytest.mark.parametrize("p, n, limit", [(4, 16, 8), pytest.param(6, 18, 8, marks=pytest.mark.slow)])
+# p = 6 at 10 activations: at V-Half's 8 v-mem's urgent and overtaking walks (vmem.FILLS) leave
+# no repetend for the detection to find
+@pytest.mark.parametrize("p, n, limit", [(4, 16, 8), pytest.param(6, 18, 10, marks=pytest.mark.slow)])
 def test_unroll_with_fractional_costs_keeps_releases_before_allocations(tmp_path: Path, p: int, n: int,
                                                                         limit: int) -> None:
     # v-mem on the profiled V (F/B/W 0.5/0.488/0.252, latency 0.032), its repetend found by the
