@@ -21,8 +21,8 @@ micro-batch); the nominal slot grows along every edge, so no order can deadlock.
 placed as the orders are timed (tessel.baselines.wfill: into the bubbles, or when a forward needs
 the memory they free), on the real costs and latencies; the walk may also run a ready forward
 before a backward not yet ready where the limit allows it (`overtake`), and keep a W from
-lengthening a wait before a chunk-1 forward (`urgent`): each block is timed with a few such
-walks (FILLS).
+lengthening a wait before a chunk-1 forward (`urgent`) or a backward (`back`): each block is
+timed with a few such walks (FILLS).
 
 Longer gaps leave more slack for real costs and latency but keep activations longer; the family
 tries a fixed grid of blocks and keeps those whose per-device peak fits the limit, counted on the
@@ -55,11 +55,13 @@ KEEP = 4  # blocks timed over every micro-batch, the best over a few
 @dataclass(frozen=True)
 class Fill:
     """How the W-filling walk times a block's orders (tessel.baselines.wfill: `slack`, `wait`,
-    `overtake`); `urgent`: no W lengthens a wait before a chunk-1 forward."""
+    `overtake`); `urgent`: no W lengthens a wait before a chunk-1 forward, `back`: nor before a
+    backward."""
     slack: float = 0.0
     wait: float = 0.0
     overtake: bool = False
     urgent: bool = False
+    back: bool = False
 
 
 # Every block is screened with the `urgent` walk below (with latency, a forward's input often
@@ -78,8 +80,16 @@ class Fill:
 #   chunk-1 forward: that forward carries its micro-batch back to the loss, which every device's
 #   backward waits on): with latency, V-Half's memory, p = 6 m = 24: 68.684 -> 67.860, p = 8
 #   m = 32: 93.392 -> 91.788; slack 0.8 alone: with latency, V-Min's memory (43.404 -> 43.268).
+# The first of FILLS is that walk with `back` too: no W lengthens a wait before a backward
+# either. In the cool-down each device's backwards are the chain the last micro-batches'
+# gradients run down and back up the V, and a W let into the wait before each (up to 0.8 of
+# the W: 0.2 a device, profiled costs) adds up along it. With latency, V-Half's memory, p = 8,
+# m = 16 / 24 / 32: 52.108 -> 51.600 / 71.948 -> 71.440 / 91.788 -> 91.280 (V-Half: 51.864,
+# 71.704, 91.544), p = 6, m = 12 / 18 / 24: 38.192 -> 37.848 / 52.980 -> 52.728 / 67.860 ->
+# 67.608; the shortest walk never longer on that grid, unit costs too (it replaced `urgent`).
 SCREEN = Fill(0.8, 0.2, urgent=True)
-FILLS = (Fill(0.8, 0.2, urgent=True), Fill(0.5, 0.2), Fill(0.5, overtake=True), Fill(0.8, 0.2), Fill(0.0))
+FILLS = (Fill(0.8, 0.2, urgent=True, back=True), Fill(0.5, 0.2), Fill(0.5, overtake=True), Fill(0.8, 0.2),
+         Fill(0.0))
 
 
 @dataclass(frozen=True)
@@ -230,14 +240,14 @@ def _shortest(p: Placement, c: Chain, n: int, limit: Sequence[Number] | None,
     cannot beat the best so far. Past a deadline set around the build (tessel.baselines.deadline),
     those timed by then (OutOfTime when none is)."""
     late = set(c.weight.values())
-    chunk1 = c.forward[len(c.forward) // 2:]
+    chunk1 = tuple(c.forward[len(c.forward) // 2:])
     best: Number = math.inf
     out: list[tuple[Number, Gaps, dict[Key, Number]]] = []
     for (g, orders), f in itertools.product(fits, fills):
         try:
             starts = fill_weights(p, [[x for x in o if x[0] not in late] for o in orders], c.weight, limit, best,
                                   slack=f.slack, wait=f.wait, overtake=f.overtake,
-                                  urgent=chunk1 if f.urgent else ())
+                                  urgent=(chunk1 if f.urgent else ()) + (tuple(c.backward) if f.back else ()))
         except OutOfTime:
             if not out:
                 raise
