@@ -55,13 +55,14 @@ KEEP = 4  # blocks timed over every micro-batch, the best over a few
 @dataclass(frozen=True)
 class Fill:
     """How the W-filling walk times a block's orders (tessel.baselines.wfill: `slack`, `wait`,
-    `overtake`); `urgent`: no W lengthens a wait before a chunk-1 forward, `back`: nor before a
-    backward."""
+    `overtake`, `hold`); `urgent`: no W lengthens a wait before a chunk-1 forward, `back`: nor
+    before a backward."""
     slack: float = 0.0
     wait: float = 0.0
     overtake: bool = False
     urgent: bool = False
     back: bool = False
+    hold: bool = False
 
 
 # Every block is screened with the `urgent` walk below (with latency, a forward's input often
@@ -86,10 +87,17 @@ class Fill:
 # the W: 0.2 a device, profiled costs) adds up along it. With latency, V-Half's memory, p = 8,
 # m = 16 / 24 / 32: 52.108 -> 51.600 / 71.948 -> 71.440 / 91.788 -> 91.280 (V-Half: 51.864,
 # 71.704, 91.544), p = 6, m = 12 / 18 / 24: 38.192 -> 37.848 / 52.980 -> 52.728 / 67.860 ->
-# 67.608; the shortest walk never longer on that grid, unit costs too (it replaced `urgent`).
+# 67.608. The first two walks `hold` with `wait` 0.5: a device whose next forward is due within
+# half a forward does not run a later one first (at p = 16 micro-batch 0's chunk-1 forward
+# reaches device 13 a latency after it could start one more chunk-0 forward, and that one holds
+# the trip back up the V for its whole length): V-Half's memory, m = 32, latency: 107.712 ->
+# 106.608 (V-Half: 107.272), without latency 104.140 -> 103.740 (104.144); V-Min's with latency
+# 135.908 -> 133.992; p = 8, V-Half's, no latency, m = 32: 90.008 -> 89.948. Those two replaced
+# (0.8, 0.2, urgent) and (0.5, 0.2): the shortest walk never longer on the grid above (p = 6,
+# 8, 16, unit costs too; bench/vpeers.py's rows).
 SCREEN = Fill(0.8, 0.2, urgent=True)
-FILLS = (Fill(0.8, 0.2, urgent=True, back=True), Fill(0.5, 0.2), Fill(0.5, overtake=True), Fill(0.8, 0.2),
-         Fill(0.0))
+FILLS = (Fill(0.8, 0.5, urgent=True, back=True, hold=True), Fill(0.5, 0.5, hold=True), Fill(0.5, overtake=True),
+         Fill(0.8, 0.2), Fill(0.0))
 
 
 @dataclass(frozen=True)
@@ -247,7 +255,8 @@ def _shortest(p: Placement, c: Chain, n: int, limit: Sequence[Number] | None,
         try:
             starts = fill_weights(p, [[x for x in o if x[0] not in late] for o in orders], c.weight, limit, best,
                                   slack=f.slack, wait=f.wait, overtake=f.overtake,
-                                  urgent=(chunk1 if f.urgent else ()) + (tuple(c.backward) if f.back else ()))
+                                  urgent=(chunk1 if f.urgent else ()) + (tuple(c.backward) if f.back else ()),
+                                  hold=f.hold)
         except OutOfTime:
             if not out:
                 raise

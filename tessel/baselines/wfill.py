@@ -30,9 +30,9 @@ CHECK_EVERY = 512  # steps between looks at the deadline (p = 16, N = 32: about 
 class _Walk:
     def __init__(self, p: Placement, orders: Sequence[Sequence[Key]], weight: dict[str, str],
                  limit: Sequence[Number] | None, cutoff: Number, reorder: bool, slack: float = 0.0,
-                 wait: float = 0.0, overtake: bool = False, urgent: Collection[str] = ()) -> None:
+                 wait: float = 0.0, overtake: bool = False, urgent: Collection[str] = (), hold: bool = False) -> None:
         self.p, self.weight, self.cutoff, self.reorder, self.slack = p, weight, cutoff, reorder, slack
-        self.wait, self.overtake, self.urgent = wait, overtake, frozenset(urgent)
+        self.wait, self.overtake, self.urgent, self.hold = wait, overtake, frozenset(urgent), hold
         self.orders = [list(o) for o in orders]  # a ready task may move up its device's order
         # W passes the orders list stay where they are; only the others are filled in
         late = set(weight.values())
@@ -164,7 +164,10 @@ class _Walk:
         if known and r <= t + EPS and jump is None:
             self.pos[d] += 1
             return self._put(d, (b, m), t)
-        if jump is None and self.reorder:
+        # `hold`: a forward due within `wait` of its length keeps its place (one run ahead of it
+        # would hold it, and the micro-batch's trip down or back up the V, for its whole length)
+        held = self.hold and known and blk.memory > 0 and r <= t + self.wait * blk.duration + EPS
+        if jump is None and self.reorder and not held:
             jump = self._ready_later(d, t)
         if jump is not None:
             i = self.pos[d]
@@ -213,7 +216,7 @@ class _Walk:
 def fill_weights(p: Placement, orders: Sequence[Sequence[Key]], weight: dict[str, str],
                  limit: Sequence[Number] | None, cutoff: Number = math.inf,
                  reorder: bool = True, slack: float = 0.0, wait: float = 0.0, overtake: bool = False,
-                 urgent: Collection[str] = ()) -> dict[Key, Number] | None:
+                 urgent: Collection[str] = (), hold: bool = False) -> dict[Key, Number] | None:
     """Start times of the F/B `orders` with each device's W passes that the orders leave out
     filled in (a W the orders list runs where it is); None as soon as the makespan is sure to
     exceed `cutoff`; OutOfTime past a deadline set around the build (tessel.baselines.deadline).
@@ -223,6 +226,8 @@ def fill_weights(p: Placement, orders: Sequence[Sequence[Key]], weight: dict[str
     a device about to run a ready forward waits up to `wait` of its length for a forward nearer
     the loss among the next ones in its order (_Walk._nearer_soon). With `overtake`, a device
     whose next task is not ready may also run a ready forward a few places on past backwards,
-    where the limit allows it (_Walk._fits_ahead). Before a block of `urgent` a W fills only a
-    wait it does not lengthen (slack 0 there)."""
-    return _Walk(p, orders, weight, limit, cutoff, reorder, slack, wait, overtake, urgent).run()
+    where the limit allows it (_Walk._fits_ahead). With `hold`, a device whose next task is a
+    forward ready within `wait` of its length runs nothing later in its order first (it may run
+    a W that fits the wait). Before a block of `urgent` a W fills only a wait it does not
+    lengthen (slack 0 there)."""
+    return _Walk(p, orders, weight, limit, cutoff, reorder, slack, wait, overtake, urgent, hold).run()
