@@ -55,7 +55,16 @@ from tessel.io import atomic_write  # noqa: E402
 from tessel.placement import Number, Placement  # noqa: E402
 from tessel.schedule import Schedule  # noqa: E402
 from tessel.search.problem import make_problem  # noqa: E402
-from tessel.search.relax import RELAX_PROBES, RELAX_TASKS, RELAX_WORK, relaxed_bound  # noqa: E402
+from tessel.search.relax import (  # noqa: E402
+    GROUP_COUNT,
+    GROUP_PROBES,
+    GROUP_WORK,
+    RELAX_PROBES,
+    RELAX_TASKS,
+    RELAX_WORK,
+    group_bound,
+    relaxed_bound,
+)
 
 ZB_REPO = "/tmp/zb"  # the zero-bubble repository (bench/vpeers.py --zb-repo): the peers' own per-device peaks
 
@@ -124,21 +133,25 @@ def _peer_peak(name: str, shape: str, cfg: Config, mods: dict[str, Any] | None) 
 
 
 def proven(p: Placement, n: int, limit: Number | tuple[Number, ...], best: Number, devices: int,
-           above: float = RELAX_ABOVE) -> tuple[Number, Number, Number | None]:
+           above: float = RELAX_ABOVE, groups: int = 0) -> tuple[Number, Number, Number | None]:
     """(best bound before, device bound, relaxation or None) of n micro-batches under `limit`
-    per device; the relaxation only where `best` is more than `above` times the bounds before."""
+    per device; the relaxations (`devices` one at a time, then `groups` groups of devices at once)
+    only where `best` is more than `above` times the bounds before."""
     problem = make_problem(p, limit)
     holds = problem.real_holds()
     old = max([bounds.lower_bound(p, n), bounds.shard_lower_bound(p, n),
                *(bounds.memory_lower_bound(p, n, d, h, lim) for d, (lim, h) in holds.items())])
     device = bounds.device_lower_bound(p, n, holds, bounds.RELAX_TERM_WORK)
     small = any(n * len(p.blocks_on(d)) <= RELAX_TASKS for d in range(p.devices))
-    if devices == 0 or not small or best <= above * max(old, device) + 1e-9:
+    if (devices == 0 or not small) and groups == 0 or best <= above * max(old, device) + 1e-9:
         return old, device, None
     # the relaxation's probes start from the bound without the memory ramp: a higher start moves its
     # halfway horizons, where a budget-limited proof may fail (V-Half, p = 6, m = 18: 50.3 -> 49.56)
     start = max(old, bounds.device_lower_bound(p, n, holds, bounds.RELAX_TERM_WORK, ramp=False))
-    return old, device, relaxed_bound(problem, n, best, start, RELAX_WORK, devices)
+    relax = relaxed_bound(problem, n, best, start, RELAX_WORK, devices) if devices and small else start
+    if groups and best > above * max(old, device, relax) + 1e-9:
+        relax = group_bound(problem, n, best, max(device, relax), GROUP_WORK, groups)
+    return old, device, relax
 
 
 def _num(x: str) -> float | None:
@@ -149,11 +162,11 @@ def _num(x: str) -> float | None:
 
 
 def measure(name: str, case: Case, tessel: float | None, best: float, devices: int,
-            above: float) -> tuple[str, float | None, float, float | None]:
+            above: float, groups: int = 0) -> tuple[str, float | None, float, float | None]:
     """The table line of one row, its tessel / bound, its best / bound and its tessel / (the
     bound the search reports by default)."""
     t0 = time.perf_counter()
-    old, device, relax = proven(case.placement, case.m, case.limit, best, devices, above)
+    old, device, relax = proven(case.placement, case.m, case.limit, best, devices, above, groups)
     secs = time.perf_counter() - t0
     reported = searched(case.placement, case.m, case.limit)
     bound = max(old, device, relax or 0, reported)
@@ -217,7 +230,7 @@ def spread(name: str, gaps: list[float]) -> str:
 
 
 def header(gaps: list[float], best: list[float], reported: list[float], devices: int, above: float,
-           mods: dict[str, Any] | None) -> list[str]:
+           mods: dict[str, Any] | None, groups: int = 0) -> list[str]:
     over = sum(g > 1.05 + 1e-9 for g in gaps)
     return ["# Proven gap on the zero-bubble grid: the bounds that know latency and memory", "",
             "Makespans as recorded by bench/peers.py and bench/vpeers.py in the files named (a vpeers --cache "
@@ -226,7 +239,9 @@ def header(gaps: list[float], best: list[float], reported: list[float], devices:
             "bound a search reports by default (bounds.proven_lower_bound, no solver bound, no relaxation); `device`: "
             "bounds.device_lower_bound, its device term in full (with the memory ramp at either end and at both, "
             "holds.device_ramp); `relax`: tessel.search.relax (one device exactly, CP-SAT, at most "
-            f"{RELAX_PROBES} solves of {RELAX_WORK} deterministic s per device, {devices} devices a row, on rows whose "
+            f"{RELAX_PROBES} solves of {RELAX_WORK} deterministic s per device, {devices} devices a row; then "
+            f"tessel.search.relax.group_bound, several devices at once, {groups} groups a row, at most {GROUP_PROBES} "
+            f"solves of {GROUP_WORK} deterministic s each; on rows whose "
             f"best makespan is above {above} x the bound before; `-`: not run); `best`: the shortest of tessel, the "
             "zero-bubble repository's scheduler, every baseline and peer that fits the row's memory. Gaps are "
             "makespan / bound; peers-v.md rows are bounded with each device's own limit, worked out "
@@ -252,6 +267,9 @@ def main() -> None:
     ap.add_argument("--all", action="store_true", help="rows without latency too")
     ap.add_argument("--relax-devices", type=int, default=RELAX_DEVICES,
                     help=f"devices per row the relaxation tries (default {RELAX_DEVICES}; 0: none)")
+    ap.add_argument("--groups", type=int, default=GROUP_COUNT,
+                    help=f"device groups per row the relaxation of several devices at once tries after the one-device "
+                         f"ones (default {GROUP_COUNT}; 0: none)")
     ap.add_argument("--relax-above", type=float, default=RELAX_ABOVE,
                     help=f"only rows whose best makespan is above this many times the bound before (default {RELAX_ABOVE})")
     ap.add_argument("--zb-repo", default=ZB_REPO,
@@ -269,14 +287,15 @@ def main() -> None:
         for case, tessel, top in cases(f, mods):
             if not case.latency and not args.all:
                 continue
-            line, gap, best_gap, own = measure(f.name, case, tessel, top, args.relax_devices, args.relax_above)
+            line, gap, best_gap, own = measure(f.name, case, tessel, top, args.relax_devices, args.relax_above,
+                                              args.groups)
             out.append(line)
             gaps += [] if gap is None else [gap]
             reported += [] if own is None else [own]
             best.append(best_gap)
             print(line, flush=True)
     cmd = "`.venv/bin/python bench/bound_gap.py " + " ".join(sys.argv[1:]) + "`"
-    atomic_write(args.output, "\n".join(header(gaps, best, reported, args.relax_devices, args.relax_above, mods) + out +
+    atomic_write(args.output, "\n".join(header(gaps, best, reported, args.relax_devices, args.relax_above, mods, args.groups) + out +
                                         ["", "Reproduce: " + cmd]) + "\n")
 
 

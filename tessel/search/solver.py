@@ -203,14 +203,20 @@ class Model:
 
     def solve(self, clock: Clock | None, workers: int | None = None, progress: Progress | None = None,
               phase: str = "solve", report: Callable[[int], dict[str, Any]] | None = None,
-              stall: Stall | None = None, prove: bool = False) -> SolveResult:
+              stall: Stall | None = None, prove: bool = False, work: float | None = None,
+              presolve: bool = True) -> SolveResult:
         """Solve within what `clock` has left (None: no limit), or stop once a `stall` passes
         without a better solution; progress gets {phase, objective, elapsed,
         ...report(objective)} per solution. `prove` favours closing the bound (the full LP
-        relaxation) over finding solutions."""
+        relaxation) over finding solutions. `work`: at most that many deterministic seconds;
+        `presolve=False` skips CP-SAT's presolve (it expands a reservoir into an ordering per
+        pair of events and can spend a whole small budget doing it)."""
         self._finish()
         t0 = time.perf_counter()
         solver = _solver(None if clock is None else clock.left(), workers, prove)
+        if work is not None:
+            solver.parameters.max_deterministic_time = float(work)
+        solver.parameters.cp_model_presolve = presolve
         deterministic_stall = stall is not None and solver.parameters.num_workers == 1
         if stall is not None and deterministic_stall:
             # a budget of work instead of a wall-clock stall: the same on a loaded machine
@@ -232,7 +238,9 @@ class Model:
         seconds = time.perf_counter() - t0
         if status not in ("optimal", "feasible"):
             log.info("%s: %s after %.2fs", phase, status, seconds)
-            return SolveResult(status, None, None, seconds)
+            # with no solution in hand the objective's proven bound still holds (not when infeasible)
+            bound = round(solver.best_objective_bound) if status == "unknown" and self._objective is not None else None
+            return SolveResult(status, None, bound, seconds)
         obj = bound = None
         if self._objective is not None:
             obj, bound = round(solver.objective_value), round(solver.best_objective_bound)
