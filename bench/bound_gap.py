@@ -11,7 +11,7 @@ latency and memory delays per micro-batch, the device's own work to give memory 
 (holds.release_floors), its device term in full: bounds.RELAX_TERM_WORK; with the memory ramp of
 holds.device_ramp: the work the memory lets start before each least start, end after each least
 tail, and both at once); `relax`, the
-one-device exact relaxation (tessel.search.relax: CP-SAT under a deterministic budget, horizon the row's best makespan; `-` where it did not run:
+exact relaxations (tessel.search.relax: one device at a time, then groups of devices at once, relax.group_bound, --groups; CP-SAT under a deterministic budget, horizon the row's best makespan; `-` where it did not run:
 the best makespan is within RELAX_ABOVE of the bounds before, or every device has more than
 RELAX_TASKS tasks);
 `bound`, the best of them. `tessel` and `best` (the shortest of tessel, the zero-bubble
@@ -24,7 +24,13 @@ rows with latency unless --all.
 
     .venv/bin/python bench/bound_gap.py                  # writes bench/results/bound_gap.md
     .venv/bin/python bench/bound_gap.py --all -o /tmp/gap.md bench/results/peers-memory.md
-    .venv/bin/python bench/bound_gap.py --relax-devices 0 -o /tmp/gap.md      # without the relaxation
+    .venv/bin/python bench/bound_gap.py --relax-devices 0 --groups 0 -o /tmp/gap.md   # without the relaxations
+
+Only the rows an earlier table lists above 5% (what a stronger bound has to close), with the
+several-device relaxation (relax.group_bound, --groups) or without it (--groups 0):
+
+    .venv/bin/python bench/bound_gap.py --all --over bench/results/bound_gap-v-p8.md -o /tmp/p8.md \
+        bench/results/peers-v-p8.jsonl
 
 The V peers grid (issue 17), every row, one file per table (bench/results/bound_gap-v*.md):
 
@@ -218,6 +224,21 @@ def jsonl_cases(path: Path) -> list[tuple[Case, float | None, float]]:
     return out
 
 
+def over(path: Path, ratio: float = 1.05) -> set[tuple[str, ...]]:
+    """The rows of an earlier bound_gap table whose tessel / bound is above `ratio`, as _key."""
+    out = set()
+    for ln in path.read_text().splitlines():
+        c = [x.strip() for x in ln.strip("|").split("|")]
+        if len(c) == 17 and c[0].startswith("peers") and (g := _num(c[13])) is not None and g > ratio + 1e-9:
+            out.add((*c[1:6], c[11]))
+    return out
+
+
+def _key(case: Case, tessel: float | None) -> tuple[str, ...]:
+    """A row as bound_gap's tables print it: placement, p, m, costs, memory and tessel."""
+    return (case.shape, str(case.p), str(case.m), case.costs, case.memory, "-" if tessel is None else f"{tessel:.6g}")
+
+
 def _config(key: dict[str, Any]) -> tuple[Any, ...]:
     return key["shape"], key["p"], key["m"], key["costs"], key["latency"]
 
@@ -275,9 +296,13 @@ def main() -> None:
     ap.add_argument("--zb-repo", default=ZB_REPO,
                     help=f"the zero-bubble repository, for its peers' per-device peaks (default {ZB_REPO}; "
                          "without it their rows use the largest limit on every device)")
+    ap.add_argument("--over", metavar="BOUND_GAP_MD",
+                    help="only the rows that an earlier bench/bound_gap.py table lists with tessel / bound above 1.05 "
+                         "(its rows of the tables given; the rows that matter, in minutes instead of hours)")
     ap.add_argument("-o", "--output", default=str(ROOT / "bench" / "results" / "bound_gap.md"))
     args = ap.parse_args()
     mods = load(args.zb_repo) if Path(args.zb_repo).exists() else None
+    keep = None if args.over is None else over(Path(args.over))
     files = [Path(t) for t in args.tables] or sorted((ROOT / "bench" / "results").glob("peers*.md"))
     out: list[str] = []
     gaps: list[float] = []
@@ -285,7 +310,7 @@ def main() -> None:
     reported: list[float] = []
     for f in files:
         for case, tessel, top in cases(f, mods):
-            if not case.latency and not args.all:
+            if not case.latency and not args.all or (keep is not None and _key(case, tessel) not in keep):
                 continue
             line, gap, best_gap, own = measure(f.name, case, tessel, top, args.relax_devices, args.relax_above,
                                               args.groups)
