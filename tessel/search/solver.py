@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import threading
 import time
 from collections import defaultdict
@@ -239,8 +240,8 @@ class Model:
         if status not in ("optimal", "feasible"):
             log.info("%s: %s after %.2fs", phase, status, seconds)
             # with no solution in hand the objective's proven bound still holds (not when infeasible)
-            bound = round(solver.best_objective_bound) if status == "unknown" and self._objective is not None else None
-            return SolveResult(status, None, bound, seconds)
+            b = solver.best_objective_bound if status == "unknown" and self._objective is not None else math.nan
+            return SolveResult(status, None, round(b) if math.isfinite(b) else None, seconds)
         obj = bound = None
         if self._objective is not None:
             obj, bound = round(solver.objective_value), round(solver.best_objective_bound)
