@@ -156,7 +156,8 @@ def test_the_group_relaxation_is_below_the_exact_optimum_on_random_placements() 
             proven += 1
             reached += abs(group - opt) < 1e-9
             higher += group > one + 1e-9
-    assert proven >= 36 and reached >= proven * 3 // 4 and higher >= 1, (proven, reached, higher)
+    # all 48 solved exactly here; the groups reach the optimum on every one, above one device on 9
+    assert proven >= 44 and reached >= proven - 2 and higher >= 5, (proven, reached, higher)
 
 
 @pytest.mark.parametrize("latency,one,group,recorded", [(0, 26.968, 27.976, 28.056), (0.032, 27.928, 28.68, 29.16)])
