@@ -60,6 +60,7 @@ from tessel import bounds  # noqa: E402
 from tessel.io import atomic_write  # noqa: E402
 from tessel.placement import Number, Placement  # noqa: E402
 from tessel.schedule import Schedule  # noqa: E402
+from tessel.search.budget import Clock  # noqa: E402
 from tessel.search.problem import make_problem  # noqa: E402
 from tessel.search.relax import (  # noqa: E402
     GROUP_COUNT,
@@ -75,6 +76,7 @@ from tessel.search.relax import (  # noqa: E402
 ZB_REPO = "/tmp/zb"  # the zero-bubble repository (bench/vpeers.py --zb-repo): the peers' own per-device peaks
 
 RELAX_DEVICES = 4  # devices per row the relaxation tries (highest preemptive bound first)
+GROUP_SECONDS = 240.0  # wall seconds of a row's group relaxations (relax.group_bound), at most
 RELAX_ABOVE = 1.01  # ... on rows whose best makespan is more than this many times the bound before
 MAKESPANS = ("1f1b", "gpipe", "greedy", "zb-h1", "zb-h2", "zb-v", "zb-v-half", "zb-v-min", "peer", "tessel",
              "peer makespan", "alone")
@@ -139,10 +141,12 @@ def _peer_peak(name: str, shape: str, cfg: Config, mods: dict[str, Any] | None) 
 
 
 def proven(p: Placement, n: int, limit: Number | tuple[Number, ...], best: Number, devices: int,
-           above: float = RELAX_ABOVE, groups: int = 0) -> tuple[Number, Number, Number | None]:
+           above: float = RELAX_ABOVE, groups: int = 0,
+           group_seconds: float = GROUP_SECONDS) -> tuple[Number, Number, Number | None]:
     """(best bound before, device bound, relaxation or None) of n micro-batches under `limit`
-    per device; the relaxations (`devices` one at a time, then `groups` groups of devices at once)
-    only where `best` is more than `above` times the bounds before."""
+    per device; the relaxations (`devices` one at a time, then `groups` groups of devices at once,
+    their solves stopped after `group_seconds` of wall time: a row cut short proves less, and may
+    differ run to run) only where `best` is more than `above` times the bounds before."""
     problem = make_problem(p, limit)
     holds = problem.real_holds()
     old = max([bounds.lower_bound(p, n), bounds.shard_lower_bound(p, n),
@@ -156,7 +160,7 @@ def proven(p: Placement, n: int, limit: Number | tuple[Number, ...], best: Numbe
     start = max(old, bounds.device_lower_bound(p, n, holds, bounds.RELAX_TERM_WORK, ramp=False))
     relax = relaxed_bound(problem, n, best, start, RELAX_WORK, devices) if devices and small else start
     if groups and best > above * max(old, device, relax) + 1e-9:
-        relax = group_bound(problem, n, best, max(device, relax), GROUP_WORK, groups)
+        relax = group_bound(problem, n, best, max(device, relax), GROUP_WORK, groups, Clock(group_seconds))
     return old, device, relax
 
 
@@ -168,11 +172,11 @@ def _num(x: str) -> float | None:
 
 
 def measure(name: str, case: Case, tessel: float | None, best: float, devices: int,
-            above: float, groups: int = 0) -> tuple[str, float | None, float, float | None]:
+            above: float, groups: int = 0, group_seconds: float = GROUP_SECONDS) -> tuple[str, float | None, float, float | None]:
     """The table line of one row, its tessel / bound, its best / bound and its tessel / (the
     bound the search reports by default)."""
     t0 = time.perf_counter()
-    old, device, relax = proven(case.placement, case.m, case.limit, best, devices, above, groups)
+    old, device, relax = proven(case.placement, case.m, case.limit, best, devices, above, groups, group_seconds)
     secs = time.perf_counter() - t0
     reported = searched(case.placement, case.m, case.limit)
     bound = max(old, device, relax or 0, reported)
@@ -251,7 +255,7 @@ def spread(name: str, gaps: list[float]) -> str:
 
 
 def header(gaps: list[float], best: list[float], reported: list[float], devices: int, above: float,
-           mods: dict[str, Any] | None, groups: int = 0) -> list[str]:
+           mods: dict[str, Any] | None, groups: int = 0, group_seconds: float = GROUP_SECONDS) -> list[str]:
     over = sum(g > 1.05 + 1e-9 for g in gaps)
     return ["# Proven gap on the zero-bubble grid: the bounds that know latency and memory", "",
             "Makespans as recorded by bench/peers.py and bench/vpeers.py in the files named (a vpeers --cache "
@@ -262,7 +266,7 @@ def header(gaps: list[float], best: list[float], reported: list[float], devices:
             "holds.device_ramp); `relax`: tessel.search.relax (one device exactly, CP-SAT, at most "
             f"{RELAX_PROBES} solves of {RELAX_WORK} deterministic s per device, {devices} devices a row; then "
             f"tessel.search.relax.group_bound, several devices at once, {groups} groups a row, at most {GROUP_PROBES} "
-            f"solves of {GROUP_WORK} deterministic s each; on rows whose "
+            f"solves of {GROUP_WORK} deterministic s each, {group_seconds:g} s of wall time a row at most; on rows whose "
             f"best makespan is above {above} x the bound before; `-`: not run); `best`: the shortest of tessel, the "
             "zero-bubble repository's scheduler, every baseline and peer that fits the row's memory. Gaps are "
             "makespan / bound; peers-v.md rows are bounded with each device's own limit, worked out "
@@ -291,6 +295,9 @@ def main() -> None:
     ap.add_argument("--groups", type=int, default=GROUP_COUNT,
                     help=f"device groups per row the relaxation of several devices at once tries after the one-device "
                          f"ones (default {GROUP_COUNT}; 0: none)")
+    ap.add_argument("--group-seconds", type=float, default=GROUP_SECONDS,
+                    help=f"wall seconds a row's group relaxations may take at most (default {GROUP_SECONDS:g}: zbv, 8 "
+                         "devices, 32 micro-batches takes more)")
     ap.add_argument("--relax-above", type=float, default=RELAX_ABOVE,
                     help=f"only rows whose best makespan is above this many times the bound before (default {RELAX_ABOVE})")
     ap.add_argument("--zb-repo", default=ZB_REPO,
@@ -313,14 +320,15 @@ def main() -> None:
             if not case.latency and not args.all or (keep is not None and _key(case, tessel) not in keep):
                 continue
             line, gap, best_gap, own = measure(f.name, case, tessel, top, args.relax_devices, args.relax_above,
-                                              args.groups)
+                                              args.groups, args.group_seconds)
             out.append(line)
             gaps += [] if gap is None else [gap]
             reported += [] if own is None else [own]
             best.append(best_gap)
             print(line, flush=True)
     cmd = "`.venv/bin/python bench/bound_gap.py " + " ".join(sys.argv[1:]) + "`"
-    atomic_write(args.output, "\n".join(header(gaps, best, reported, args.relax_devices, args.relax_above, mods, args.groups) + out +
+    atomic_write(args.output, "\n".join(header(gaps, best, reported, args.relax_devices, args.relax_above, mods, args.groups,
+                                                   args.group_seconds) + out +
                                         ["", "Reproduce: " + cmd]) + "\n")
 
 
