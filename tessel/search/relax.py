@@ -35,7 +35,7 @@ device cannot: a round trip that waits on another device busy with other micro-b
 its own memory. With every device in the group it is the whole problem with the releases, tails
 and micro-batch order as cuts (still a relaxation: the grid rounds down); V-Min's memory on zbv
 with 4 devices, 8 micro-batches, profiled costs: one device proves 26.968, every device at once
-27.976, the exact optimum.
+27.936, the exact optimum being 27.976.
 
 CP-SAT's work on it is capped in deterministic seconds (one worker: the same bound every run);
 a device with more than RELAX_TASKS tasks is left out (the reservoir grows with the square of
@@ -227,8 +227,14 @@ def _solve(problem: Problem, res: float, n: int, group: tuple[int, ...], rq: tup
     p = problem.placement
     r, q = rq
     m = Model()
+    # where the makespan and the no-overlaps stand among the constraints steers CP-SAT's search
+    # under a budget of work: one device as its bounds were measured (makespan first, no-overlap
+    # before the delays: 48.744 on zbv, 4 devices, 16 micro-batches, profiled, V-Min's memory, 45.84
+    # otherwise), a group as its own were
+    one = len(group) == 1
+    makespan = m.aux_var("makespan", floor, horizon) if one else None
+    ends: list[Expr] = []
     start: dict[Key, Expr] = {}
-    ends = []
     blocks = [b for b in p.blocks if set(b.devices) & set(group)]
     for b in blocks:
         dur, ordered = _down(b.duration, res), b.id in fifo
@@ -239,15 +245,19 @@ def _solve(problem: Problem, res: float, n: int, group: tuple[int, ...], rq: tup
                 return "infeasible", horizon + 1, None
             s = start[(b.id, k)] = m.int_var((b.id, k), lo, horizon - dur - tail)
             m.occupy(s, dur, [d for d in b.devices if d in group])
+            if makespan is not None:
+                m.at_most(s + dur + tail, makespan)
             ends.append(s + dur + tail)
             if k and ordered:
                 m.precede(start[(b.id, k - 1)], s, dur)
-    for (x, y), gap in _delays(p, [b.id for b in blocks]).items():
+    if one:
+        m.close_devices()
+    for (x, y), gap in _delays(p, [b.id for b in blocks], prune=not one).items():
         for k in range(n):
             m.precede(start[(x, k)], start[(y, k)], _down(gap, res))
     for d in group:
         _reservoir(m, problem, res, d, n, start)
-    m.minimize(m.latest("makespan", floor, horizon, ends))
+    m.minimize(makespan if makespan is not None else m.latest("makespan", floor, horizon, ends))
     # one worker and a budget of deterministic work: the same bound every run; the wall clock
     # only guards against a machine so loaded that the work never ends (and a search's own end)
     wall = Clock(RELAX_WALL * work) if clock is None else clock.within(RELAX_WALL * work)
@@ -276,11 +286,11 @@ def _reservoir(m: Model, problem: Problem, res: float, d: int, n: int, start: Ma
     m.reservoir([t for t, _ in events], [x for _, x in events], problem.cap(d))
 
 
-def _delays(p: Placement, kept: Sequence[str]) -> dict[tuple[str, str], Number]:
+def _delays(p: Placement, kept: Sequence[str], prune: bool = True) -> dict[tuple[str, str], Number]:
     """Least time from the start of a to the start of b, both among the `kept` blocks, one
-    micro-batch: the longest path, durations and latencies along it. A pair whose path runs
-    through another kept block at no loss is left out: the two pairs through it imply it."""
-    on = set(kept)
+    micro-batch: the longest path, durations and latencies along it. With `prune`, a pair whose
+    path runs through another kept block at no loss is left out: the two pairs through it imply
+    it (a group's thousands of pairs; one device keeps them all, as its bounds were measured)."""
     dist: dict[str, dict[str, Number]] = {}
     for a in kept:
         far: dict[str, Number] = {a: 0}
@@ -288,6 +298,6 @@ def _delays(p: Placement, kept: Sequence[str]) -> dict[tuple[str, str], Number]:
             if x in far:
                 for y in p.succs[x]:
                     far[y] = max(far.get(y, 0), far[x] + p.by_id[x].duration + p.edge_latency(x, y))
-        dist[a] = {b: far[b] for b in on if b != a and b in far}
+        dist[a] = {b: far[b] for b in kept if b != a and b in far}  # in kept's order: the same model every run
     return {(a, b): g for a, row in dist.items() for b, g in row.items()
-            if not any(b in dist[z] and row[z] + dist[z][b] >= g - EPS for z in row if z != b)}
+            if not prune or not any(b in dist[z] and row[z] + dist[z][b] >= g - EPS for z in row if z != b)}

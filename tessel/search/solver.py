@@ -196,6 +196,12 @@ class Model:
         self._objective = expr
         self.cp.minimize(expr)
 
+    def close_devices(self) -> None:
+        """Add the devices' no-overlap constraints now rather than at the solve: where they stand
+        among the constraints steers CP-SAT's search (relax.py's one-device bounds were measured
+        with them before the delays and the memory)."""
+        self._finish()
+
     def _finish(self) -> None:
         for ivs in self._on_device.values():
             if len(ivs) > 1:
