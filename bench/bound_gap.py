@@ -11,7 +11,7 @@ latency and memory delays per micro-batch, the device's own work to give memory 
 (holds.release_floors), its device term in full: bounds.RELAX_TERM_WORK; with the memory ramp of
 holds.device_ramp: the work the memory lets start before each least start, end after each least
 tail, and both at once); `relax`, the
-one-device exact relaxation (tessel.search.relax: CP-SAT under a deterministic budget, horizon the row's best makespan; `-` where it did not run:
+exact relaxations (tessel.search.relax: one device at a time, then groups of devices at once, relax.group_bound, --groups; CP-SAT under a deterministic budget, horizon the row's best makespan; `-` where it did not run:
 the best makespan is within RELAX_ABOVE of the bounds before, or every device has more than
 RELAX_TASKS tasks);
 `bound`, the best of them. `tessel` and `best` (the shortest of tessel, the zero-bubble
@@ -24,7 +24,13 @@ rows with latency unless --all.
 
     .venv/bin/python bench/bound_gap.py                  # writes bench/results/bound_gap.md
     .venv/bin/python bench/bound_gap.py --all -o /tmp/gap.md bench/results/peers-memory.md
-    .venv/bin/python bench/bound_gap.py --relax-devices 0 -o /tmp/gap.md      # without the relaxation
+    .venv/bin/python bench/bound_gap.py --relax-devices 0 --groups 0 -o /tmp/gap.md   # without the relaxations
+
+Only the rows an earlier table lists above 5% (what a stronger bound has to close), with the
+several-device relaxation (relax.group_bound, --groups) or without it (--groups 0):
+
+    .venv/bin/python bench/bound_gap.py --all --over bench/results/bound_gap-v-p8.md -o /tmp/p8.md \
+        bench/results/peers-v-p8.jsonl
 
 The V peers grid (issue 17), every row, one file per table (bench/results/bound_gap-v*.md):
 
@@ -54,12 +60,23 @@ from tessel import bounds  # noqa: E402
 from tessel.io import atomic_write  # noqa: E402
 from tessel.placement import Number, Placement  # noqa: E402
 from tessel.schedule import Schedule  # noqa: E402
+from tessel.search.budget import Clock  # noqa: E402
 from tessel.search.problem import make_problem  # noqa: E402
-from tessel.search.relax import RELAX_PROBES, RELAX_TASKS, RELAX_WORK, relaxed_bound  # noqa: E402
+from tessel.search.relax import (  # noqa: E402
+    GROUP_COUNT,
+    GROUP_PROBES,
+    GROUP_WORK,
+    RELAX_PROBES,
+    RELAX_TASKS,
+    RELAX_WORK,
+    group_bound,
+    relaxed_bound,
+)
 
 ZB_REPO = "/tmp/zb"  # the zero-bubble repository (bench/vpeers.py --zb-repo): the peers' own per-device peaks
 
 RELAX_DEVICES = 4  # devices per row the relaxation tries (highest preemptive bound first)
+GROUP_SECONDS = 240.0  # wall seconds of a row's group relaxations (relax.group_bound), at most
 RELAX_ABOVE = 1.01  # ... on rows whose best makespan is more than this many times the bound before
 MAKESPANS = ("1f1b", "gpipe", "greedy", "zb-h1", "zb-h2", "zb-v", "zb-v-half", "zb-v-min", "peer", "tessel",
              "peer makespan", "alone")
@@ -124,21 +141,27 @@ def _peer_peak(name: str, shape: str, cfg: Config, mods: dict[str, Any] | None) 
 
 
 def proven(p: Placement, n: int, limit: Number | tuple[Number, ...], best: Number, devices: int,
-           above: float = RELAX_ABOVE) -> tuple[Number, Number, Number | None]:
+           above: float = RELAX_ABOVE, groups: int = 0,
+           group_seconds: float = GROUP_SECONDS) -> tuple[Number, Number, Number | None]:
     """(best bound before, device bound, relaxation or None) of n micro-batches under `limit`
-    per device; the relaxation only where `best` is more than `above` times the bounds before."""
+    per device; the relaxations (`devices` one at a time, then `groups` groups of devices at once,
+    their solves stopped after `group_seconds` of wall time: a row cut short proves less, and may
+    differ run to run) only where `best` is more than `above` times the bounds before."""
     problem = make_problem(p, limit)
     holds = problem.real_holds()
     old = max([bounds.lower_bound(p, n), bounds.shard_lower_bound(p, n),
                *(bounds.memory_lower_bound(p, n, d, h, lim) for d, (lim, h) in holds.items())])
     device = bounds.device_lower_bound(p, n, holds, bounds.RELAX_TERM_WORK)
     small = any(n * len(p.blocks_on(d)) <= RELAX_TASKS for d in range(p.devices))
-    if devices == 0 or not small or best <= above * max(old, device) + 1e-9:
+    if (devices == 0 or not small) and groups == 0 or best <= above * max(old, device) + 1e-9:
         return old, device, None
     # the relaxation's probes start from the bound without the memory ramp: a higher start moves its
     # halfway horizons, where a budget-limited proof may fail (V-Half, p = 6, m = 18: 50.3 -> 49.56)
     start = max(old, bounds.device_lower_bound(p, n, holds, bounds.RELAX_TERM_WORK, ramp=False))
-    return old, device, relaxed_bound(problem, n, best, start, RELAX_WORK, devices)
+    relax = relaxed_bound(problem, n, best, start, RELAX_WORK, devices) if devices and small else start
+    if groups and best > above * max(old, device, relax) + 1e-9:
+        relax = group_bound(problem, n, best, max(device, relax), GROUP_WORK, groups, Clock(group_seconds))
+    return old, device, relax
 
 
 def _num(x: str) -> float | None:
@@ -149,11 +172,11 @@ def _num(x: str) -> float | None:
 
 
 def measure(name: str, case: Case, tessel: float | None, best: float, devices: int,
-            above: float) -> tuple[str, float | None, float, float | None]:
+            above: float, groups: int = 0, group_seconds: float = GROUP_SECONDS) -> tuple[str, float | None, float, float | None]:
     """The table line of one row, its tessel / bound, its best / bound and its tessel / (the
     bound the search reports by default)."""
     t0 = time.perf_counter()
-    old, device, relax = proven(case.placement, case.m, case.limit, best, devices, above)
+    old, device, relax = proven(case.placement, case.m, case.limit, best, devices, above, groups, group_seconds)
     secs = time.perf_counter() - t0
     reported = searched(case.placement, case.m, case.limit)
     bound = max(old, device, relax or 0, reported)
@@ -205,6 +228,21 @@ def jsonl_cases(path: Path) -> list[tuple[Case, float | None, float]]:
     return out
 
 
+def over(path: Path, ratio: float = 1.05) -> set[tuple[str, ...]]:
+    """The rows of an earlier bound_gap table whose tessel / bound is above `ratio`, as _key."""
+    out = set()
+    for ln in path.read_text().splitlines():
+        c = [x.strip() for x in ln.strip("|").split("|")]
+        if len(c) == 17 and c[0].startswith("peers") and (g := _num(c[13])) is not None and g > ratio + 1e-9:
+            out.add((*c[1:6], c[11]))
+    return out
+
+
+def _key(case: Case, tessel: float | None) -> tuple[str, ...]:
+    """A row as bound_gap's tables print it: placement, p, m, costs, memory and tessel."""
+    return (case.shape, str(case.p), str(case.m), case.costs, case.memory, "-" if tessel is None else f"{tessel:.6g}")
+
+
 def _config(key: dict[str, Any]) -> tuple[Any, ...]:
     return key["shape"], key["p"], key["m"], key["costs"], key["latency"]
 
@@ -217,7 +255,7 @@ def spread(name: str, gaps: list[float]) -> str:
 
 
 def header(gaps: list[float], best: list[float], reported: list[float], devices: int, above: float,
-           mods: dict[str, Any] | None) -> list[str]:
+           mods: dict[str, Any] | None, groups: int = 0, group_seconds: float = GROUP_SECONDS) -> list[str]:
     over = sum(g > 1.05 + 1e-9 for g in gaps)
     return ["# Proven gap on the zero-bubble grid: the bounds that know latency and memory", "",
             "Makespans as recorded by bench/peers.py and bench/vpeers.py in the files named (a vpeers --cache "
@@ -226,7 +264,9 @@ def header(gaps: list[float], best: list[float], reported: list[float], devices:
             "bound a search reports by default (bounds.proven_lower_bound, no solver bound, no relaxation); `device`: "
             "bounds.device_lower_bound, its device term in full (with the memory ramp at either end and at both, "
             "holds.device_ramp); `relax`: tessel.search.relax (one device exactly, CP-SAT, at most "
-            f"{RELAX_PROBES} solves of {RELAX_WORK} deterministic s per device, {devices} devices a row, on rows whose "
+            f"{RELAX_PROBES} solves of {RELAX_WORK} deterministic s per device, {devices} devices a row; then "
+            f"tessel.search.relax.group_bound, several devices at once, {groups} groups a row, at most {GROUP_PROBES} "
+            f"solves of {GROUP_WORK} deterministic s each, {group_seconds:g} s of wall time a row at most; on rows whose "
             f"best makespan is above {above} x the bound before; `-`: not run); `best`: the shortest of tessel, the "
             "zero-bubble repository's scheduler, every baseline and peer that fits the row's memory. Gaps are "
             "makespan / bound; peers-v.md rows are bounded with each device's own limit, worked out "
@@ -252,14 +292,24 @@ def main() -> None:
     ap.add_argument("--all", action="store_true", help="rows without latency too")
     ap.add_argument("--relax-devices", type=int, default=RELAX_DEVICES,
                     help=f"devices per row the relaxation tries (default {RELAX_DEVICES}; 0: none)")
+    ap.add_argument("--groups", type=int, default=GROUP_COUNT,
+                    help=f"device groups per row the relaxation of several devices at once tries after the one-device "
+                         f"ones (default {GROUP_COUNT}; 0: none)")
+    ap.add_argument("--group-seconds", type=float, default=GROUP_SECONDS,
+                    help=f"wall seconds a row's group relaxations may take at most (default {GROUP_SECONDS:g}: zbv, 8 "
+                         "devices, 32 micro-batches takes more)")
     ap.add_argument("--relax-above", type=float, default=RELAX_ABOVE,
                     help=f"only rows whose best makespan is above this many times the bound before (default {RELAX_ABOVE})")
     ap.add_argument("--zb-repo", default=ZB_REPO,
                     help=f"the zero-bubble repository, for its peers' per-device peaks (default {ZB_REPO}; "
                          "without it their rows use the largest limit on every device)")
+    ap.add_argument("--over", metavar="BOUND_GAP_MD",
+                    help="only the rows that an earlier bench/bound_gap.py table lists with tessel / bound above 1.05 "
+                         "(its rows of the tables given; the rows that matter, in minutes instead of hours)")
     ap.add_argument("-o", "--output", default=str(ROOT / "bench" / "results" / "bound_gap.md"))
     args = ap.parse_args()
     mods = load(args.zb_repo) if Path(args.zb_repo).exists() else None
+    keep = None if args.over is None else over(Path(args.over))
     files = [Path(t) for t in args.tables] or sorted((ROOT / "bench" / "results").glob("peers*.md"))
     out: list[str] = []
     gaps: list[float] = []
@@ -267,16 +317,18 @@ def main() -> None:
     reported: list[float] = []
     for f in files:
         for case, tessel, top in cases(f, mods):
-            if not case.latency and not args.all:
+            if not case.latency and not args.all or (keep is not None and _key(case, tessel) not in keep):
                 continue
-            line, gap, best_gap, own = measure(f.name, case, tessel, top, args.relax_devices, args.relax_above)
+            line, gap, best_gap, own = measure(f.name, case, tessel, top, args.relax_devices, args.relax_above,
+                                              args.groups, args.group_seconds)
             out.append(line)
             gaps += [] if gap is None else [gap]
             reported += [] if own is None else [own]
             best.append(best_gap)
             print(line, flush=True)
     cmd = "`.venv/bin/python bench/bound_gap.py " + " ".join(sys.argv[1:]) + "`"
-    atomic_write(args.output, "\n".join(header(gaps, best, reported, args.relax_devices, args.relax_above, mods) + out +
+    atomic_write(args.output, "\n".join(header(gaps, best, reported, args.relax_devices, args.relax_above, mods, args.groups,
+                                                   args.group_seconds) + out +
                                         ["", "Reproduce: " + cmd]) + "\n")
 
 

@@ -48,3 +48,20 @@ def test_a_peer_rebuilt_with_another_peak_than_recorded_gets_the_recorded_larges
     case = bound_gap.case_of(cells, None)
     assert case.limit == 99 and case.p == 4 and case.m == 8
     assert bound_gap.case_of({**cells, "memory": "1F1B's"}, None).limit == 99  # and 1F1B's (peers-v-p16.md)
+
+
+def test_over_keeps_only_the_rows_an_earlier_table_lists_above_five_percent(tmp_path: Path) -> None:
+    # bench/bound_gap.py --over: the rows of an earlier table with tessel / bound above 1.05, by
+    # placement, p, m, costs, memory and tessel as the table prints them
+    head = "| file | placement | p | m | costs | memory | old | search | device | relax | bound | tessel | best | " \
+           "tessel / bound | best / bound | tessel / search | bound s |"
+    rows = ["| peers-v.md | zbv | 4 | 12 | profiled | V-Min's | 31 | 35 | 35 | 37 | 37.856 | 40.056 | 40.056 | 1.0581 | "
+            "1.0581 | 1.1 | 25 |",
+            "| peers-v.md | zbv | 4 | 12 | profiled | V-Half's | 31 | 35 | 35 | 37 | 38.2 | 40.056 | 40.056 | 1.0486 | "
+            "1.0486 | 1.1 | 25 |"]
+    path = tmp_path / "gap.md"
+    path.write_text("\n".join([head, "|" + "---|" * 17, *rows]) + "\n")
+    assert bound_gap.over(path) == {("zbv", "4", "12", "profiled", "V-Min's", "40.056")}
+    case = bound_gap.case_of({"placement": "zbv", "p": "4", "m": "12", "costs": "profiled", "latency": "0",
+                              "memory": "V-Min's", "limit (max/device)": "4"}, None)
+    assert bound_gap._key(case, 40.056) in bound_gap.over(path)

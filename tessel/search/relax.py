@@ -1,4 +1,5 @@
-"""A lower bound from a small exact relaxation: one device at a time, solved by CP-SAT.
+"""A lower bound from a small exact relaxation: one device at a time, or several at once, solved
+by CP-SAT.
 
 The relaxation of device d keeps every task on d and, of the rest of the problem, only what
 bounds.device_lower_bound already proves about it; it drops the other devices' capacity:
@@ -27,6 +28,15 @@ ones' round trips leave nothing to run. On zbv with 16 devices, 24 micro-batches
 latency 0.5 and 1F1B's memory it proves 116.5 where the arguments prove 103; the best known
 schedule (the zero-bubble repository's) is 116.5.
 
+Several devices at once (group_bound): the same relaxation with every task of the group's
+devices, each of them running one task at a time with its memory events, the delays between two
+tasks of one micro-batch the longest path through the dropped devices' blocks. It sees what one
+device cannot: a round trip that waits on another device busy with other micro-batches under
+its own memory. With every device in the group it is the whole problem with the releases, tails
+and micro-batch order as cuts (still a relaxation: the grid rounds down); V-Min's memory on zbv
+with 4 devices, 8 micro-batches, profiled costs: one device proves 26.968, every device at once
+27.936, the exact optimum being 27.976.
+
 CP-SAT's work on it is capped in deterministic seconds (one worker: the same bound every run);
 a device with more than RELAX_TASKS tasks is left out (the reservoir grows with the square of
 its events).
@@ -35,18 +45,17 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from fractions import Fraction
-from typing import TYPE_CHECKING
 
 from .. import bounds
+from ..key import Key
 from ..numeric import EPS, snap
 from ..placement import Number, Placement
+from .budget import Clock
 from .exact import fifo_blocks
 from .problem import Problem
-
-if TYPE_CHECKING:
-    from ortools.sat.python import cp_model
+from .solver import Expr, Model
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +63,11 @@ RELAX_TASKS = 300  # most tasks of one device the relaxation models
 RELAX_WORK = 0.5  # deterministic seconds of CP-SAT's work per solve
 RELAX_PROBES = 4  # solves per device, each below a lower horizon
 RELAX_UNITS = 20_000  # most time steps below the horizon
+GROUP_TASKS = 1600  # most tasks the relaxation of every device at once models (zbv, 8 devices, 32 micro-batches: 1,536)
+GROUP_WORK = 5.0  # deterministic seconds of CP-SAT's work per solve of a group
+GROUP_PROBES = 6  # solves per group
+GROUP_COUNT = 3  # groups group_bound tries
+RELAX_WALL = 60.0  # wall seconds per deterministic second of work a solve may take at most
 GRID_EPS = 1e-9  # a value within this many grid steps of a grid point counts as on it (float dust)
 
 
@@ -69,11 +83,7 @@ def relaxed_bound(problem: Problem, micro_batches: int, upper: Number, floor: Nu
     if n * sum(len(b.devices) for b in p.blocks) > bounds.STAGGER_TASKS or \
             all(n * len(p.blocks_on(d)) > RELAX_TASKS for d in range(p.devices)):
         return floor
-    memory = problem.real_holds()
-    rows = (bounds.staggered_releases(p, n, memory, bounds.RELAX_TERM_WORK),
-            bounds.staggered_tails(p, n, memory, bounds.RELAX_TERM_WORK))
-    fifo = set(fifo_blocks(problem))
-    res = grid(p, upper)
+    memory, rows, fifo, res = _inputs(problem, n, upper)
     best = floor
     for d in _order(p, n, rows, memory)[:devices]:
         if best >= upper - EPS:
@@ -81,6 +91,78 @@ def relaxed_bound(problem: Problem, micro_batches: int, upper: Number, floor: Nu
         units = _probes(problem, res, n, d, rows, fifo, _down(best, res), _down(upper, res), work)
         best = max(best, snap(units * res))
     return best
+
+
+def group_bound(problem: Problem, micro_batches: int, upper: Number, floor: Number = 0,
+                work: float = GROUP_WORK, groups: int = GROUP_COUNT, clock: Clock | None = None) -> Number:
+    """The best lower bound of the makespan that the relaxations of several devices at once
+    prove (module doc: the group's devices exact, capacity and memory, the others dropped), at
+    least `floor`; `upper` is the makespan of a valid schedule (it only sets the horizons). Up to
+    `groups` groups (_groups: every device, then adjacent pairs), each GROUP_PROBES solves of
+    `work` deterministic seconds at most (_bisect), and none once `clock` runs out (a solve it
+    cuts short proves less, never a wrong bound). Seconds to minutes: bench/bound_gap.py and a
+    search asked to prove call it, never a default search."""
+    p, n = problem.placement, micro_batches
+    if n * sum(len(b.devices) for b in p.blocks) > bounds.STAGGER_TASKS:
+        return floor
+    memory, rows, fifo, res = _inputs(problem, n, upper)
+    best = floor
+    for group in _groups(p, n, rows, memory)[:groups]:
+        if best >= upper - EPS or (clock is not None and clock.expired()):
+            break
+        units = _bisect(problem, res, n, group, rows, fifo, _down(best, res), _down(upper, res), work, clock)
+        best = max(best, snap(units * res))
+    return best
+
+
+def _groups(p: Placement, n: int, rows: tuple[bounds.Rows, bounds.Rows], memory: bounds.Memory) -> list[tuple[int, ...]]:
+    """The device groups group_bound tries, in turn: every device (the whole problem with the
+    releases, tails and order of micro-batches as cuts) where it has at most GROUP_TASKS tasks,
+    then pairs of adjacent devices and the two ends, the pair of the device _order puts first
+    first. On zbv, 8 devices, unit costs, V-Min's memory the whole problem proves 97.5 where one
+    device proves 95 (and has a valid schedule of 97.5); on 4 devices, profiled costs, 12
+    micro-batches, the pair at the tip proves 39.2 where every device at once proves 38.15 in
+    the same work, one device 37.856."""
+    d = p.devices
+    out: list[tuple[int, ...]] = []
+    if n * sum(len(b.devices) for b in p.blocks) <= GROUP_TASKS:
+        out.append(tuple(range(d)))
+    if d > 2:
+        first = (_order(p, n, rows, memory) or [d - 1])[0]
+        pairs = {tuple(sorted((x, x + 1))) for x in (first - 1, first) if 0 <= x < d - 1} | {(0, d - 1)}
+        out += sorted(pairs, key=lambda g: (first not in g, g))
+    return out
+
+
+def _bisect(problem: Problem, res: float, n: int, group: tuple[int, ...], rq: tuple[bounds.Rows, bounds.Rows],
+            fifo: set[str], lo: int, hi: int, work: float, clock: Clock | None = None) -> int:
+    """The bound the group's relaxation proves, in grid units, between `lo` (proven) and `hi`
+    (above it, the relaxation is not worth proving: a valid schedule's makespan). Each probe goes
+    halfway between the proven bound and the lowest horizon still open: nothing below it raises
+    the proven bound past it; a schedule found closes every horizon above its makespan (the
+    relaxation's optimum is at most that); a solve that decides neither closes the horizons above
+    the one it tried (proofs there would take more work)."""
+    for _ in range(GROUP_PROBES):
+        if lo >= hi or (clock is not None and clock.expired()):
+            break
+        h = (lo + hi) // 2
+        status, bound, found = _solve(problem, res, n, group, rq, fifo, h, lo, work, clock)
+        log.info("relaxation of devices %s below %d: %s, bound %d", group, h, status, bound)
+        lo = max(lo, bound)
+        if status != "infeasible":
+            hi = min(h, found if found is not None else h)
+    return lo
+
+
+def _inputs(problem: Problem, n: int, upper: Number) -> tuple[bounds.Memory, tuple[bounds.Rows, bounds.Rows],
+                                                               set[str], float]:
+    """What every relaxation reads: the memory holds, every task's least release and tail (in
+    full: RELAX_TERM_WORK), the blocks taken in micro-batch order and the grid."""
+    p = problem.placement
+    memory = problem.real_holds()
+    rows = (bounds.staggered_releases(p, n, memory, bounds.RELAX_TERM_WORK),
+            bounds.staggered_tails(p, n, memory, bounds.RELAX_TERM_WORK))
+    return memory, rows, set(fifo_blocks(problem)), grid(p, upper)
 
 
 def grid(p: Placement, upper: Number) -> float:
@@ -123,96 +205,99 @@ def _probes(problem: Problem, res: float, n: int, d: int, rq: tuple[bounds.Rows,
         if lo >= hi:
             break
         h = hi - 1 if just_below else (lo + hi) // 2
-        status, bound, found = _solve(problem, res, n, d, rq, fifo, h, lo, work)
+        status, bound, found = _solve(problem, res, n, (d,), rq, fifo, h, lo, work)
         log.info("relaxation of device %d below %d: %s, bound %d", d, h, status, bound)
         lo = max(lo, bound)  # h + 1 where nothing fits below h
         if found is not None:
             hi, just_below = found, True
-        elif status == "INFEASIBLE" or just_below:
+        elif status == "infeasible" or just_below:
             just_below = False
         else:  # neither a schedule nor a proof halfway: give up on this device
             break
     return lo
 
 
-def _solve(problem: Problem, res: float, n: int, d: int, rq: tuple[bounds.Rows, bounds.Rows], fifo: set[str],
-           horizon: int, floor: int, work: float) -> tuple[str, int, int | None]:
-    """Device d's relaxation with every task ending by `horizon` (grid units), its makespan
-    at least `floor`: CP-SAT's status, its proven bound and the makespan it found (or None)."""
-    from ortools.sat.python import cp_model  # seconds to import: only a search asked to prove comes here
+def _solve(problem: Problem, res: float, n: int, group: tuple[int, ...], rq: tuple[bounds.Rows, bounds.Rows],
+           fifo: set[str], horizon: int, floor: int, work: float,
+           clock: Clock | None = None) -> tuple[str, int, int | None]:
+    """The relaxation of the devices of `group` with every task ending by `horizon` (grid units),
+    its makespan at least `floor`: the solve's status, its proven bound and the makespan it found
+    (or None). Every task on the group's devices is modelled; the other devices are dropped,
+    their tasks left as the delays between the group's (_delays)."""
     p = problem.placement
     r, q = rq
-    m = cp_model.CpModel()
-    makespan = m.new_int_var(floor, horizon, "makespan")
-    start: dict[tuple[str, int], cp_model.IntVar] = {}
-    busy = []
-    for b in p.blocks_on(d):
-        dur = _down(b.duration, res)
+    m = Model()
+    # where the makespan and the no-overlaps stand among the constraints steers CP-SAT's search
+    # under a budget of work: one device as its bounds were measured (makespan first, no-overlap
+    # before the delays: 48.744 on zbv, 4 devices, 16 micro-batches, profiled, V-Min's memory, 45.84
+    # otherwise), a group as its own were
+    one = len(group) == 1
+    makespan = m.aux_var("makespan", floor, horizon) if one else None
+    ends: list[Expr] = []
+    start: dict[Key, Expr] = {}
+    blocks = [b for b in p.blocks if set(b.devices) & set(group)]
+    for b in blocks:
+        dur, ordered = _down(b.duration, res), b.id in fifo
         for k in range(n):
-            own = k if b.id in fifo else 0  # the k-th in time order is micro-batch k's
-            lo, tail = _down(r[b.id][own], res), _down(q[b.id][n - 1 - own if b.id in fifo else 0], res)
+            own = k if ordered else 0  # the k-th in time order is micro-batch k's
+            lo, tail = _down(r[b.id][own], res), _down(q[b.id][n - 1 - own if ordered else 0], res)
             if lo > horizon - dur - tail:  # this task alone cannot end by the horizon
-                return "INFEASIBLE", horizon + 1, None
-            s = start[(b.id, k)] = m.new_int_var(lo, horizon - dur - tail, f"{b.id}_{k}")
-            busy.append(m.new_fixed_size_interval_var(s, dur, f"on_{b.id}_{k}"))
-            m.add(makespan >= s + dur + tail)
-            if k and b.id in fifo:
-                m.add(s >= start[(b.id, k - 1)] + dur)
-    m.add_no_overlap(busy)
-    for (x, y), gap in _delays(p, d).items():
+                return "infeasible", horizon + 1, None
+            s = start[(b.id, k)] = m.int_var((b.id, k), lo, horizon - dur - tail)
+            m.occupy(s, dur, [d for d in b.devices if d in group])
+            if makespan is not None:
+                m.at_most(s + dur + tail, makespan)
+            ends.append(s + dur + tail)
+            if k and ordered:
+                m.precede(start[(b.id, k - 1)], s, dur)
+    if one:
+        m.close_devices()
+    for (x, y), gap in _delays(p, [b.id for b in blocks], prune=not one).items():
         for k in range(n):
-            m.add(start[(y, k)] >= start[(x, k)] + _down(gap, res))
-    _reservoir(m, problem, res, d, n, start)
-    m.minimize(makespan)
-    solver = cp_model.CpSolver()
-    solver.parameters.num_workers = 1
-    solver.parameters.random_seed = 1
-    solver.parameters.max_deterministic_time = work
-    # the presolve expands the reservoir into an ordering per pair of events, and spends the
-    # whole budget doing it; the search proves these bounds without it
-    solver.parameters.cp_model_presolve = False
-    solver.parameters.catch_sigint_signal = False
-    code = solver.solve(m)
-    status = solver.status_name(code)
-    if code == cp_model.INFEASIBLE:
-        return status, horizon + 1, None
-    found = round(solver.objective_value) if code in (cp_model.OPTIMAL, cp_model.FEASIBLE) else None
-    return status, max(floor, math.floor(solver.best_objective_bound + GRID_EPS)), found
+            m.precede(start[(x, k)], start[(y, k)], _down(gap, res))
+    for d in group:
+        _reservoir(m, problem, res, d, n, start)
+    m.minimize(makespan if makespan is not None else m.latest("makespan", floor, horizon, ends))
+    # one worker and a budget of deterministic work: the same bound every run; the wall clock
+    # only guards against a machine so loaded that the work never ends (and a search's own end)
+    wall = Clock(RELAX_WALL * work) if clock is None else clock.within(RELAX_WALL * work)
+    out = m.solve(wall, 1, phase=f"relaxation of {group}", work=work, presolve=False)
+    if out.status == "infeasible":
+        return out.status, horizon + 1, None
+    return out.status, max(floor, out.bound or floor), out.objective
 
 
-def _reservoir(m: cp_model.CpModel, problem: Problem, res: float, d: int, n: int,
-               start: Mapping[tuple[str, int], cp_model.IntVar]) -> None:
+def _reservoir(m: Model, problem: Problem, res: float, d: int, n: int, start: Mapping[Key, Expr]) -> None:
     """Rule 4 on device d, every event of every micro-batch (memory units of the problem). Each
     allocation goes next to its micro-batch's release where the memory pairs up (memory_pairs):
     the same constraint, but CP-SAT proved the V's bounds with these in a fraction of the work."""
     if problem.limit is None:
         return
 
-    def end(b: str, k: int) -> cp_model.LinearExprT:
+    def end(b: str, k: int) -> Expr:
         return start[(b, k)] + _down(problem.placement.by_id[b].duration, res)
     pairs = problem.memory_pairs(d)
-    events: list[tuple[cp_model.LinearExprT, int]] = []
+    events: list[tuple[Expr, int]] = []
     if pairs is not None:
         events = [e for a, r, x in pairs for k in range(n) for e in ((start[(a, k)], x), (end(r, k), -x))]
     else:  # allocations at starts, releases at ends
         events = [(start[(b.id, k)] if x > 0 else end(b.id, k), x) for b in problem.placement.blocks_on(d)
                   if (x := problem.memory[b.id]) for k in range(n)]
-    if events:
-        low = -sum(abs(x) for _, x in events) - 1
-        m.add_reservoir_constraint([t for t, _ in events], [x for _, x in events], low, problem.cap(d))
+    m.reservoir([t for t, _ in events], [x for _, x in events], problem.cap(d))
 
 
-def _delays(p: Placement, d: int) -> dict[tuple[str, str], Number]:
-    """Least time from the start of a to the start of b, both on device d, one micro-batch:
-    the longest path, durations and latencies along it."""
-    on = [b.id for b in p.blocks_on(d)]
-    out: dict[tuple[str, str], Number] = {}
-    for a in on:
-        dist: dict[str, Number] = {a: 0}
+def _delays(p: Placement, kept: Sequence[str], prune: bool = True) -> dict[tuple[str, str], Number]:
+    """Least time from the start of a to the start of b, both among the `kept` blocks, one
+    micro-batch: the longest path, durations and latencies along it. With `prune`, a pair whose
+    path runs through another kept block at no loss is left out: the two pairs through it imply
+    it (a group's thousands of pairs; one device keeps them all, as its bounds were measured)."""
+    dist: dict[str, dict[str, Number]] = {}
+    for a in kept:
+        far: dict[str, Number] = {a: 0}
         for x in p.topo_order:
-            if x in dist:
+            if x in far:
                 for y in p.succs[x]:
-                    dist[y] = max(dist.get(y, 0), dist[x] + p.by_id[x].duration + p.edge_latency(x, y))
-        out.update({(a, b): dist[b] for b in on if b != a and b in dist})
-    return out
-
+                    far[y] = max(far.get(y, 0), far[x] + p.by_id[x].duration + p.edge_latency(x, y))
+        dist[a] = {b: far[b] for b in kept if b != a and b in far}  # in kept's order: the same model every run
+    return {(a, b): g for a, row in dist.items() for b, g in row.items()
+            if not prune or not any(b in dist[z] and row[z] + dist[z][b] >= g - EPS for z in row if z != b)}

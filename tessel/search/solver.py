@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import threading
 import time
 from collections import defaultdict
@@ -195,6 +196,12 @@ class Model:
         self._objective = expr
         self.cp.minimize(expr)
 
+    def close_devices(self) -> None:
+        """Add the devices' no-overlap constraints now rather than at the solve: where they stand
+        among the constraints steers CP-SAT's search (relax.py's one-device bounds were measured
+        with them before the delays and the memory)."""
+        self._finish()
+
     def _finish(self) -> None:
         for ivs in self._on_device.values():
             if len(ivs) > 1:
@@ -203,14 +210,20 @@ class Model:
 
     def solve(self, clock: Clock | None, workers: int | None = None, progress: Progress | None = None,
               phase: str = "solve", report: Callable[[int], dict[str, Any]] | None = None,
-              stall: Stall | None = None, prove: bool = False) -> SolveResult:
+              stall: Stall | None = None, prove: bool = False, work: float | None = None,
+              presolve: bool = True) -> SolveResult:
         """Solve within what `clock` has left (None: no limit), or stop once a `stall` passes
         without a better solution; progress gets {phase, objective, elapsed,
         ...report(objective)} per solution. `prove` favours closing the bound (the full LP
-        relaxation) over finding solutions."""
+        relaxation) over finding solutions. `work`: at most that many deterministic seconds;
+        `presolve=False` skips CP-SAT's presolve (it expands a reservoir into an ordering per
+        pair of events and can spend a whole small budget doing it)."""
         self._finish()
         t0 = time.perf_counter()
         solver = _solver(None if clock is None else clock.left(), workers, prove)
+        if work is not None:
+            solver.parameters.max_deterministic_time = float(work)
+        solver.parameters.cp_model_presolve = presolve
         deterministic_stall = stall is not None and solver.parameters.num_workers == 1
         if stall is not None and deterministic_stall:
             # a budget of work instead of a wall-clock stall: the same on a loaded machine
@@ -232,7 +245,9 @@ class Model:
         seconds = time.perf_counter() - t0
         if status not in ("optimal", "feasible"):
             log.info("%s: %s after %.2fs", phase, status, seconds)
-            return SolveResult(status, None, None, seconds)
+            # with no solution in hand the objective's proven bound still holds (not when infeasible)
+            b = solver.best_objective_bound if status == "unknown" and self._objective is not None else math.nan
+            return SolveResult(status, None, round(b) if math.isfinite(b) else None, seconds)
         obj = bound = None
         if self._objective is not None:
             obj, bound = round(solver.objective_value), round(solver.best_objective_bound)

@@ -82,8 +82,9 @@ class State:
 
     def _relax(self, bound: tuple[Number, str]) -> None:
         """Asked to prove (Budget.prove), once a schedule is in hand above the arguments'
-        bound: the one-device relaxations (relax.relaxed_bound, a deterministic budget), that
-        schedule's makespan their horizon. Not by default: their work costs seconds."""
+        bound: the one-device relaxations (relax.relaxed_bound, a deterministic budget), then,
+        still above, those of several devices at once (relax.group_bound), that schedule's
+        makespan their horizon. Not by default: their work costs seconds to minutes."""
         value = self.best_value()
         if self._relaxed or not self.budget.prove or self.objective != "makespan" or value is None \
                 or value <= bound[0] + EPS:
@@ -91,6 +92,8 @@ class State:
         self._relaxed = True
         t0 = time.perf_counter()
         x = relax.relaxed_bound(self.problem, self.micro_batches, value, bound[0])
+        if value > x + EPS:  # then several devices at once: their interaction under memory (relax.group_bound)
+            x = relax.group_bound(self.problem, self.micro_batches, value, x, clock=self.clock)
         self.lap("relaxation", t0)
         if x > bound[0] + EPS:
             self._bound = (x, "relaxation")
