@@ -106,8 +106,12 @@ def read_rows(path: Path) -> list[dict[str, str]]:
             break
     if not lines:
         return []
-    head = [c.strip() for c in lines[0].strip("|").split("|")]
-    return [dict(zip(head, (c.strip() for c in ln.strip("|").split("|")))) for ln in lines[1:]]
+    return [dict(zip(_cells(lines[0]), _cells(ln))) for ln in lines[1:]]
+
+
+def _cells(line: str) -> list[str]:
+    """A markdown table line's cells."""
+    return [c.strip() for c in line.strip("|").split("|")]
 
 
 def case_of(cells: dict[str, str], mods: dict[str, Any] | None = None) -> Case:
@@ -228,11 +232,11 @@ def jsonl_cases(path: Path) -> list[tuple[Case, float | None, float]]:
     return out
 
 
-def over(path: Path, ratio: float = 1.05) -> set[tuple[str, ...]]:
+def rows_over(path: Path, ratio: float = 1.05) -> set[tuple[str, ...]]:
     """The rows of an earlier bound_gap table whose tessel / bound is above `ratio`, as _key."""
     out = set()
     for ln in path.read_text().splitlines():
-        c = [x.strip() for x in ln.strip("|").split("|")]
+        c = _cells(ln)
         if len(c) == 17 and c[0].startswith("peers") and (g := _num(c[13])) is not None and g > ratio + 1e-9:
             out.add((*c[1:6], c[11]))
     return out
@@ -309,7 +313,7 @@ def main() -> None:
     ap.add_argument("-o", "--output", default=str(ROOT / "bench" / "results" / "bound_gap.md"))
     args = ap.parse_args()
     mods = load(args.zb_repo) if Path(args.zb_repo).exists() else None
-    keep = None if args.over is None else over(Path(args.over))
+    keep = None if args.over is None else rows_over(Path(args.over))
     files = [Path(t) for t in args.tables] or sorted((ROOT / "bench" / "results").glob("peers*.md"))
     out: list[str] = []
     gaps: list[float] = []

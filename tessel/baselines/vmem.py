@@ -248,14 +248,14 @@ def _shortest(p: Placement, c: Chain, n: int, limit: Sequence[Number] | None,
     cannot beat the best so far. Past a deadline set around the build (tessel.baselines.deadline),
     those timed by then (OutOfTime when none is)."""
     late = set(c.weight.values())
-    chunk1 = tuple(c.forward[len(c.forward) // 2:])
+    chunk1, back = tuple(c.forward[len(c.forward) // 2:]), tuple(c.backward)
     best: Number = math.inf
     out: list[tuple[Number, Gaps, dict[Key, Number]]] = []
     for (g, orders), f in itertools.product(fits, fills):
         try:
             starts = fill_weights(p, [[x for x in o if x[0] not in late] for o in orders], c.weight, limit, best,
                                   slack=f.slack, wait=f.wait, overtake=f.overtake,
-                                  urgent=(chunk1 if f.urgent else ()) + (tuple(c.backward) if f.back else ()),
+                                  urgent=(chunk1 if f.urgent else ()) + (back if f.back else ()),
                                   hold=f.hold)
         except OutOfTime:
             if not out:

@@ -80,7 +80,7 @@ def relaxed_bound(problem: Problem, micro_batches: int, upper: Number, floor: Nu
     first (then those that start latest); each gets RELAX_PROBES solves of `work` deterministic
     seconds at most (_probes)."""
     p, n = problem.placement, micro_batches
-    if n * sum(len(b.devices) for b in p.blocks) > bounds.STAGGER_TASKS or \
+    if _tasks(p, n) > bounds.STAGGER_TASKS or \
             all(n * len(p.blocks_on(d)) > RELAX_TASKS for d in range(p.devices)):
         return floor
     memory, rows, fifo, res = _inputs(problem, n, upper)
@@ -103,7 +103,7 @@ def group_bound(problem: Problem, micro_batches: int, upper: Number, floor: Numb
     cuts short proves less, never a wrong bound). Seconds to minutes: bench/bound_gap.py and a
     search asked to prove call it, never a default search."""
     p, n = problem.placement, micro_batches
-    if n * sum(len(b.devices) for b in p.blocks) > bounds.STAGGER_TASKS:
+    if _tasks(p, n) > bounds.STAGGER_TASKS:
         return floor
     memory, rows, fifo, res = _inputs(problem, n, upper)
     best = floor
@@ -125,7 +125,7 @@ def _groups(p: Placement, n: int, rows: tuple[bounds.Rows, bounds.Rows], memory:
     the same work, one device 37.856."""
     d = p.devices
     out: list[tuple[int, ...]] = []
-    if n * sum(len(b.devices) for b in p.blocks) <= GROUP_TASKS:
+    if _tasks(p, n) <= GROUP_TASKS:
         out.append(tuple(range(d)))
     if d > 2:
         first = (_order(p, n, rows, memory) or [d - 1])[0]
@@ -163,6 +163,11 @@ def _inputs(problem: Problem, n: int, upper: Number) -> tuple[bounds.Memory, tup
     rows = (bounds.staggered_releases(p, n, memory, bounds.RELAX_TERM_WORK),
             bounds.staggered_tails(p, n, memory, bounds.RELAX_TERM_WORK))
     return memory, rows, set(fifo_blocks(problem)), grid(p, upper)
+
+
+def _tasks(p: Placement, n: int) -> int:
+    """(task, device) pairs of n micro-batches: what the relaxations' size limits count."""
+    return n * sum(len(b.devices) for b in p.blocks)
 
 
 def grid(p: Placement, upper: Number) -> float:
