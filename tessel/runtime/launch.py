@@ -233,8 +233,9 @@ def _collect(procs: list[Any], store: comm.Context, inbox: _Inbox) -> list[Any]:
     for r, p in enumerate(procs):
         note = inbox.notes.get(r)
         notes.append(note or (_exit_note(p) if p.exitcode else f"rank {r} finished"))
-    # a rank's own reason leads; the launcher's (a timeout, an exit code) only when no rank gave one
-    first = inbox.errors[0] if inbox.errors else None
+    # a rank's own reason leads, one that is not a peer gone before a consequence (the two race to
+    # the pipe); the launcher's (a timeout, an exit code) only when no rank gave one
+    first = next((e for e in inbox.errors if not _says_peer_gone(e)), inbox.errors[0]) if inbox.errors else None
     if first is None:
         abort = store.aborted()
         origin, _, message = (abort or "").partition("|")
@@ -284,7 +285,11 @@ def peer_gone(e: BaseException) -> bool:
     """Whether `e` says the other end of a connection went away (its cause is elsewhere)."""
     if isinstance(e, TesselError):
         return False
-    return isinstance(e, ConnectionError) or any(s in str(e).lower() for s in PEER_GONE)
+    return isinstance(e, ConnectionError) or _says_peer_gone(str(e))
+
+
+def _says_peer_gone(text: str) -> bool:
+    return any(s in text.lower() for s in PEER_GONE)
 
 
 def _loopback_interface() -> str:
