@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from ..errors import SearchError
 from ..placement import Number, Placement
 from ..schedule import Schedule
+from . import relax
 from .budget import DEFAULT_LIMIT, MODES, OBJECTIVES, Budget, Clock
 from .passes.complete import completion, deepest_repetend
 from .passes.final import final, summary
@@ -50,7 +51,7 @@ from .passes.shapes import shapes
 from .passes.start import listed, start
 from .passes.vseed import vbuild_seed
 from .passes.vstart import vmem_seed, vmem_start
-from .passes.whole import exact, hinted, whole
+from .passes.whole import cuts, exact, hinted, whole
 from .polish import MOST_TASKS
 from .problem import make_problem
 from .solver import DEFAULT_WORKERS, Progress, load
@@ -112,7 +113,13 @@ TESSEL = (
     *COMPLETION[:3],
     Pass("shapes", shapes, rivals=True, settle=True),  # a construction at the period found, when it completes shorter
     Pass("grouped", grouped_completion, rivals=True, settle=True),  # ... completed, when close to the best
-    *COMPLETION[3:],
+    COMPLETION[3],
+)
+# the rest of tessel's passes, on the clock the ones above kept for the first (Budget.cuts_reserve):
+# a schedule still above the bound gets that time, one at or near it leaves it to the others
+TESSEL_END = (
+    Pass("cuts", cuts, rivals=True, settle=True),  # up to relax.GROUP_TASKS tasks: the whole problem with cuts
+    *COMPLETION[4:],
     Pass("vmem_seed", vmem_seed),  # the v-mem seed, if nothing offered it yet
 )
 PASSES: dict[str, tuple[Pass, ...]] = {
@@ -122,7 +129,7 @@ PASSES: dict[str, tuple[Pass, ...]] = {
     "fast": (Pass("polish", polish), Pass("justify", justification, rivals=True),
              Pass("completion", completion_after), Pass("justify", justification, rivals=True),
              *COMPLETION[3:]),
-    "exact": (Pass("hint", hinted(lambda s, _: run_passes(s, TESSEL)), lambda b: b.exact_hint_share),
+    "exact": (Pass("hint", hinted(lambda s, _: run_passes(s, (*TESSEL, *TESSEL_END[1:]))), lambda b: b.exact_hint_share),
               Pass("exact", exact, always=True)),  # the rest of the clock: the mode is the solver's proof
 }
 
@@ -152,7 +159,9 @@ def search(placement: Placement, micro_batches: int, memory: Number | Sequence[N
     # the order polish is kept a share: a completion stopped by the clock would leave it none
     # (mode exact gives the solver's proof all of it)
     polished = mode != "exact" and objective == "makespan" and micro_batches * len(placement.blocks) <= MOST_TASKS
-    state = State(problem, micro_batches, Clock(limit - budget.orders_reserve(limit) * polished, outer.t0),
+    cut = mode == "tessel" and objective == "makespan" and relax.tasks(placement, micro_batches) <= relax.GROUP_TASKS
+    passes = limit - budget.orders_reserve(limit) * polished
+    state = State(problem, micro_batches, Clock(passes - budget.cuts_reserve(limit) * cut, outer.t0),
                   workers or DEFAULT_WORKERS, progress, budget, objective)
     if budget.models(len(placement.blocks), state.clock.share(budget.repetend_share * budget.slice_share),
                      budget.model_per_block):  # a first period solve could run: CP-SAT loaded off its slice
@@ -161,6 +170,9 @@ def search(placement: Placement, micro_batches: int, memory: Number | Sequence[N
     first = () if mode != "fast" and cheap(state) else (Pass("baselines", racing(share)),)
     run_passes(state, (*first, Pass("start", start)))
     run_passes(state, PASSES[mode])
+    if mode == "tessel":
+        state.clock = Clock(passes, outer.t0)
+        run_passes(state, TESSEL_END)
     state.clock = Clock(limit, outer.t0)
     run_passes(state, (Pass("orders", orders), Pass("final", final, always=True)))
     report = summary(state, mode)

@@ -108,7 +108,7 @@ def polish(s: Schedule, work: int | Work = WORK, stall: int = STALL, deadline: f
     if cur is None:
         return s
     moves = 0
-    fifo = budget.replay(p, n, _in_order(orders_of(s)))
+    fifo = budget.replay(p, n, in_order(orders_of(s)))
     if fifo is not None and _better(fifo, cur):
         cur, moves = fifo, 1
     at, rotate = 0, False
@@ -130,7 +130,7 @@ def polish(s: Schedule, work: int | Work = WORK, stall: int = STALL, deadline: f
     return _rebuilt(s, cur)
 
 
-def _in_order(orders: list[list[Key]]) -> list[list[Key]]:
+def in_order(orders: list[list[Key]]) -> list[list[Key]]:
     """Every block takes its micro-batches in increasing order, each device keeping the places of
     its blocks (so its memory along the order is unchanged). Micro-batches are interchangeable,
     but a solver's warm-up often starts them in a scrambled order per block, and each overtaking

@@ -37,6 +37,11 @@ and micro-batch order as cuts (still a relaxation: the grid rounds down); V-Min'
 with 4 devices, 8 micro-batches, profiled costs: one device proves 26.968, every device at once
 27.936, the exact optimum being 27.976.
 
+The same model of every device, hinted by a valid schedule, is a search pass too (cut_starts,
+passes/whole.cuts): where the grid is exact its schedules are valid ones' orders, and the cuts
+steer CP-SAT to the short ones (zbv, 8 devices, unit costs, latency 0.5, V-Min's memory: the
+optimum 133.5 at 24 micro-batches in about 18 s, from the search's 143.5).
+
 CP-SAT's work on it is capped in deterministic seconds (one worker: the same bound every run);
 a device with more than RELAX_TASKS tasks is left out (the reservoir grows with the square of
 its events).
@@ -80,7 +85,7 @@ def relaxed_bound(problem: Problem, micro_batches: int, upper: Number, floor: Nu
     first (then those that start latest); each gets RELAX_PROBES solves of `work` deterministic
     seconds at most (_probes)."""
     p, n = problem.placement, micro_batches
-    if _tasks(p, n) > bounds.STAGGER_TASKS or \
+    if tasks(p, n) > bounds.STAGGER_TASKS or \
             all(n * len(p.blocks_on(d)) > RELAX_TASKS for d in range(p.devices)):
         return floor
     memory, rows, fifo, res = _inputs(problem, n, upper)
@@ -103,7 +108,7 @@ def group_bound(problem: Problem, micro_batches: int, upper: Number, floor: Numb
     cuts short proves less, never a wrong bound). Seconds to minutes: bench/bound_gap.py and a
     search asked to prove call it, never a default search."""
     p, n = problem.placement, micro_batches
-    if _tasks(p, n) > bounds.STAGGER_TASKS:
+    if tasks(p, n) > bounds.STAGGER_TASKS:
         return floor
     memory, rows, fifo, res = _inputs(problem, n, upper)
     best = floor
@@ -125,7 +130,7 @@ def _groups(p: Placement, n: int, rows: tuple[bounds.Rows, bounds.Rows], memory:
     the same work, one device 37.856."""
     d = p.devices
     out: list[tuple[int, ...]] = []
-    if _tasks(p, n) <= GROUP_TASKS:
+    if tasks(p, n) <= GROUP_TASKS:
         out.append(tuple(range(d)))
     if d > 2:
         first = (_order(p, n, rows, memory) or [d - 1])[0]
@@ -165,7 +170,7 @@ def _inputs(problem: Problem, n: int, upper: Number) -> tuple[bounds.Memory, tup
     return memory, rows, set(fifo_blocks(problem)), grid(p, upper)
 
 
-def _tasks(p: Placement, n: int) -> int:
+def tasks(p: Placement, n: int) -> int:
     """(task, device) pairs of n micro-batches: what the relaxations' size limits count."""
     return n * sum(len(b.devices) for b in p.blocks)
 
@@ -227,8 +232,25 @@ def _solve(problem: Problem, res: float, n: int, group: tuple[int, ...], rq: tup
            clock: Clock | None = None) -> tuple[str, int, int | None]:
     """The relaxation of the devices of `group` with every task ending by `horizon` (grid units),
     its makespan at least `floor`: the solve's status, its proven bound and the makespan it found
-    (or None). Every task on the group's devices is modelled; the other devices are dropped,
-    their tasks left as the delays between the group's (_delays)."""
+    (or None)."""
+    built = _model(problem, res, n, group, rq, fifo, horizon, floor)
+    if built is None:
+        return "infeasible", horizon + 1, None
+    # one worker and a budget of deterministic work: the same bound every run; the wall clock
+    # only guards against a machine so loaded that the work never ends (and a search's own end)
+    wall = Clock(RELAX_WALL * work) if clock is None else clock.within(RELAX_WALL * work)
+    out = built[0].solve(wall, 1, phase=f"relaxation of {group}", work=work, presolve=False)
+    if out.status == "infeasible":
+        return out.status, horizon + 1, None
+    return out.status, max(floor, out.bound or floor), out.objective
+
+
+def _model(problem: Problem, res: float, n: int, group: tuple[int, ...], rq: tuple[bounds.Rows, bounds.Rows],
+           fifo: set[str], horizon: int, floor: int) -> tuple[Model, dict[Key, Expr]] | None:
+    """The relaxation of `group`'s devices below `horizon`, minimising its makespan (at least
+    `floor`), and its start variables; None when a task alone cannot end by the horizon. Every
+    task on the group's devices is modelled; the other devices are dropped, their tasks left as
+    the delays between the group's (_delays)."""
     p = problem.placement
     r, q = rq
     m = Model()
@@ -247,7 +269,7 @@ def _solve(problem: Problem, res: float, n: int, group: tuple[int, ...], rq: tup
             own = k if ordered else 0  # the k-th in time order is micro-batch k's
             lo, tail = _down(r[b.id][own], res), _down(q[b.id][n - 1 - own if ordered else 0], res)
             if lo > horizon - dur - tail:  # this task alone cannot end by the horizon
-                return "infeasible", horizon + 1, None
+                return None
             s = start[(b.id, k)] = m.int_var((b.id, k), lo, horizon - dur - tail)
             m.occupy(s, dur, [d for d in b.devices if d in group])
             if makespan is not None:
@@ -263,13 +285,7 @@ def _solve(problem: Problem, res: float, n: int, group: tuple[int, ...], rq: tup
     for d in group:
         _reservoir(m, problem, res, d, n, start)
     m.minimize(makespan if makespan is not None else m.latest("makespan", floor, horizon, ends))
-    # one worker and a budget of deterministic work: the same bound every run; the wall clock
-    # only guards against a machine so loaded that the work never ends (and a search's own end)
-    wall = Clock(RELAX_WALL * work) if clock is None else clock.within(RELAX_WALL * work)
-    out = m.solve(wall, 1, phase=f"relaxation of {group}", work=work, presolve=False)
-    if out.status == "infeasible":
-        return out.status, horizon + 1, None
-    return out.status, max(floor, out.bound or floor), out.objective
+    return m, start
 
 
 def _reservoir(m: Model, problem: Problem, res: float, d: int, n: int, start: Mapping[Key, Expr]) -> None:
@@ -306,3 +322,27 @@ def _delays(p: Placement, kept: Sequence[str], prune: bool = True) -> dict[tuple
         dist[a] = {b: far[b] for b in kept if b != a and b in far}  # in kept's order: the same model every run
     return {(a, b): g for a, row in dist.items() for b, g in row.items()
             if not prune or not any(b in dist[z] and row[z] + dist[z][b] >= g - EPS for z in row if z != b)}
+
+
+
+def cut_starts(problem: Problem, n: int, hint: Mapping[Key, Number], floor: Number, clock: Clock,
+               workers: int | None, work: float) -> dict[Key, int] | None:
+    """A schedule of the relaxation of every device at once (the whole problem with the
+    releases, tails and micro-batch order as cuts, module doc) no longer than the `hint` (a valid
+    schedule's real starts, each block taking its micro-batches in order: polish.in_order),
+    in the relaxation's grid units (`grid`), or None: at most `work` deterministic seconds.
+    Where the grid is exact (no duration rounded down) its per-device orders replay to a valid
+    schedule no longer than it; the caller replays them."""
+    p = problem.placement
+    if tasks(p, n) > GROUP_TASKS:
+        return None
+    t0 = min(hint.values())
+    upper = max(t - t0 + p.by_id[b].duration for (b, _), t in hint.items())
+    _, rows, fifo, res = _inputs(problem, n, upper)
+    built = _model(problem, res, n, tuple(range(p.devices)), rows, fifo, _down(upper, res), _down(floor, res))
+    if built is None:
+        return None
+    m, start = built
+    m.hints({k: _down(v - t0, res) for k, v in hint.items()})
+    out = m.solve(clock, workers, phase="relaxation of every device", work=work, probing=False)
+    return out.starts() if out.found else None
