@@ -17,7 +17,8 @@ a stage's costs. Memory rows: each peer's own per-device peak (the peers that fi
 baseline: tessel's own dualpipev, interleaved-zb-h1 and zero-bubble family included, torch's orders
 not; the best of them polished when it beats the search's own), `alone`
 (Budget(race=False): the repetend, completion and polish only), the best peer under the row's
-memory, and who won. The full grid of the issue (p in {4, 6, 8, 16}, m in {2p, 3p, 4p}, 20 s):
+memory, and who won; with --starts, `started`: tessel given every peer's schedule that fits the row
+as a start (`tessel search --start FILE`, tessel/search/warm.py: raced and polished like a baseline). The full grid of the issue (p in {4, 6, 8, 16}, m in {2p, 3p, 4p}, 20 s):
 
     .venv/bin/python bench/vpeers.py --zb-repo PATH --p 4 6 8 16 --time-limit 20 -o bench/results/peers-v-full.md
 
@@ -268,6 +269,20 @@ def peer_records(cfg: Config, shape: str, mods: dict[str, Any] | None) -> list[d
     return out
 
 
+def started_row(cfg: Config, shape: str, mem: Sequence[Number], limit: float, mods: dict[str, Any] | None) -> dict[str, Any]:
+    """Tessel (default mode) given every peer's schedule that fits `mem` as a start (--start)."""
+    p = cfg.placement(shape)
+    starts = {}
+    for peer in PEERS:
+        if peer.shape == shape:
+            s = run_peer(peer, mods, cfg)
+            if isinstance(s, Schedule) and all(a <= b + EPS for a, b in zip(s.peak_memory, mem)):
+                starts[peer.name] = s
+    t0 = time.perf_counter()
+    got = search(p, cfg.m, memory=list(mem), time_limit=limit, starts=starts)
+    return dict(started=got.makespan, started_base=str(got.meta.get("base")), started_s=time.perf_counter() - t0)
+
+
 def search_row(cfg: Config, shape: str, mem: Sequence[Number], limit: float) -> dict[str, Any]:
     """Tessel (default mode) and the search alone under `mem`."""
     p = cfg.placement(shape)
@@ -281,9 +296,10 @@ def search_row(cfg: Config, shape: str, mem: Sequence[Number], limit: float) -> 
 
 def rows_of(cfg: Config, mods: dict[str, Any] | None, limit: float, shapes: Sequence[str],
             only: Sequence[str] | None = None, cache: Cache | None = None,
-            zb_repo: str | None = None) -> list[dict[str, Any]]:
-    """The rows of one configuration; with `only`, just the memory rows of those names (1F1B or a peer's).
-    Records already in `cache` are reused, the others run and added to it."""
+            zb_repo: str | None = None, starts: bool = False) -> list[dict[str, Any]]:
+    """The rows of one configuration; with `only`, just the memory rows of those names (1F1B or a peer's);
+    with `starts`, tessel given the peers' schedules as starts too (started_row). Records already in
+    `cache` are reused, the others run and added to it."""
     cache = cache or Cache()
     out = []
     for shape in shapes:
@@ -306,11 +322,16 @@ def rows_of(cfg: Config, mods: dict[str, Any] | None, limit: float, shapes: Sequ
             row = found = cache.get(row_key)
             if found is None:
                 row = cache.put(row_key, search_row(cfg, shape, mem, limit))
+            if starts:
+                started = cache.get(dict(row_key, kind="started"))
+                if started is None:
+                    started = cache.put(dict(row_key, kind="started"), started_row(cfg, shape, mem, limit, mods))
+                row = dict(row, **started)
             out.append(dict(row, cfg=cfg, shape=shape, memory=who, limit=mem, peers=peers,
                             best=(best["name"], best["makespan"]) if best else None))
             if found is None:
                 print(f"{cfg} {shape} memory {who}: best peer {best['makespan'] if best else '-'} "
-                      f"tessel {row['tessel']} alone {row['alone']}", flush=True)
+                      f"tessel {row['tessel']} alone {row['alone']} started {row.get('started', '-')}", flush=True)
     return out
 
 
@@ -321,8 +342,10 @@ def fmt(x: Any) -> str:
 
 
 def table(rows: Sequence[dict[str, Any]]) -> list[str]:
+    started = any("started" in r for r in rows)
     head = ["placement", "p", "m", "costs", "latency", "memory", "limit (max/device)", "best peer", "peer makespan",
-            "tessel", "won by", "alone", "tessel / peer", "alone / peer", "winner", "bound", "tessel s", "alone s"]
+            "tessel", "won by", "alone", "tessel / peer", "alone / peer", "winner", "bound", "tessel s", "alone s",
+            *(["started", "started / peer"] if started else [])]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         c: Config = r["cfg"]
@@ -335,7 +358,8 @@ def table(rows: Sequence[dict[str, Any]]) -> list[str]:
             "1F1B's" if r["memory"] == "1F1B" else f"{r['memory']}'s", fmt(max(r["limit"])),
             best[0] if best else "-", fmt(pm) if pm is not None else "-", fmt(t), r["base"], fmt(a),
             f"{t / pm:.4f}" if pm else "-", f"{a / pm:.4f}" if pm else "-", winner, fmt(r["bound"]),
-            f"{r['tessel_s']:.1f}", f"{r['alone_s']:.1f}"]) + " |")
+            f"{r['tessel_s']:.1f}", f"{r['alone_s']:.1f}",
+            *([fmt(r.get("started", "-")), f"{r['started'] / pm:.4f}" if pm and "started" in r else "-"] if started else [])]) + " |")
     return lines
 
 
@@ -360,6 +384,10 @@ def write(path: str, args: argparse.Namespace, argv: Sequence[str], results: Seq
           done: int) -> None:
     longer = [r for r in results if r["best"] and r["tessel"] > r["best"][1] + EPS]
     alone_far = [r for r in results if r["best"] and r["alone"] > r["best"][1] * 1.01 + EPS]
+    started = [r for r in results if "started" in r]
+    started_longer = [r for r in started if r["best"] and r["started"] > r["best"][1] + EPS]
+    started_line = (f" Given the peers' schedules that fit as starts (`--starts`: tessel search --start), tessel is longer "
+                    f"on {len(started_longer)} of {len(started)} rows." if started else "")
     part = "" if done == total else f" (partial: {done} of {total} configurations)"
     cached = f" Rows kept in {args.cache} (--cache): its seconds are those of the run that found them." if args.cache else ""
     lines = ["# V and interleaved generators against tessel (issue 17's peers grid)", "",
@@ -370,7 +398,7 @@ def write(path: str, args: argparse.Namespace, argv: Sequence[str], results: Seq
              "`interleaved-zb` a chunk costs half a stage. Machine: "
              f"{platform.machine()}, python {platform.python_version()}, 2 cores shared with other jobs.{part}{cached}", "",
              f"Rows where tessel is longer than the best peer: {len(longer)} of {len(results)}; rows where the search "
-             f"alone is more than 1% above the best peer: {len(alone_far)}.", "", *table(results), "",
+             f"alone is more than 1% above the best peer: {len(alone_far)}.{started_line}", "", *table(results), "",
              "## Each peer on its own", "", *peers_table(results), "",
              "Reproduce: `.venv/bin/python bench/vpeers.py " + " ".join(argv) + "` (--zb-repo: a checkout of the ZB repository)"]
     atomic_write(path, "\n".join(lines) + "\n")
@@ -396,6 +424,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                     help="only these memory rows: 1F1B or a peer's name, e.g. V-Half V-Min (default: every row)")
     ap.add_argument("--time-limit", type=float, default=20.0, help="seconds per search (the issue: 20)")
     ap.add_argument("-o", "--output", default=str(ROOT / "bench" / "results" / "peers-v.md"))
+    ap.add_argument("--starts", action="store_true",
+                    help="a third search per row: tessel given every peer's schedule that fits as a start (--start)")
     ap.add_argument("--cache", default=None, metavar="FILE.jsonl",
                     help="resumable: each finished row is appended to FILE, a rerun reuses the rows there "
                          "(the table is rendered from them), so the grid can run in pieces")
@@ -407,7 +437,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     cache = Cache(args.cache)
     results: list[dict[str, Any]] = []
     for i, cfg in enumerate(cfgs):
-        results += rows_of(cfg, mods, args.time_limit, args.shapes, args.memories, cache, args.zb_repo)
+        results += rows_of(cfg, mods, args.time_limit, args.shapes, args.memories, cache, args.zb_repo, args.starts)
         write(args.output, args, argv, results, len(cfgs), i + 1)  # a partial table survives a timeout
 
 

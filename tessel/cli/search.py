@@ -44,6 +44,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         "for a bound (default: answer first, stop the moment a schedule meets the best proven "
                         "bound, and skip those passes within 1%% of it)")
     p.add_argument("--workers", type=workers, metavar="K", help=f"CP-SAT worker threads, 1..{MAX_WORKERS} (default 1: the same schedule every run; more may be faster but can differ)")
+    p.add_argument("--start", nargs="+", action="extend", default=[], metavar="SCHEDULE",
+                   help="schedule files to start from (another generator's, an earlier run's): each device's order is "
+                        "timed on this placement, raced and polished; the answer is never longer than they are")
     p.add_argument("--ascii", action="store_true", help="print the schedule as ASCII")
     p.add_argument("--allow-unbounded-memory", action="store_true",
                    help="search a placement whose memory does not return to 0 over a micro-batch (refused "
@@ -58,19 +61,28 @@ def _search(args: argparse.Namespace) -> int:
     if unbounded and not args.allow_unbounded_memory:
         raise UsageError(f"{unbounded[0]}: give each forward's memory back in its backward (a negative memory), "
                          "or pass --allow-unbounded-memory to search it anyway")
+    starts = {path: _start(path) for path in args.start}
     with ProgressLine("search") as progress:
         # the time limit counts from the command's start (CP-SAT loads on its clock)
         started = getattr(args, "started", None)
         clock = None if args.time_limit is None else command_clock(args.time_limit, started)
         s = search(placement, args.micro_batches, memory=args.memory, mode=args.mode, workers=args.workers,
                    progress=progress, objective=args.objective, started=started, clock=clock,
-                   budget=Budget(prove=args.prove))
+                   budget=Budget(prove=args.prove), starts=starts)
     if args.ascii:
         print(s.ascii(), end="")
         print(schedule_legend(s), end="")
     _print_search(s, bool(getattr(args, "verbose", False)))
     write_outputs(s, args)
     return 0
+
+
+def _start(path: str) -> Schedule:
+    """A --start file, read and checked by the validity rules (its own placement's)."""
+    try:
+        return Schedule.load(path, check=True)
+    except OSError as e:
+        raise UsageError(f"--start {path}: {e.strerror or e}") from None
 
 
 def _print_search(s: Schedule, verbose: bool) -> None:

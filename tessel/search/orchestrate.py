@@ -31,7 +31,7 @@ proven one (bounds.py).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ..errors import SearchError
@@ -56,6 +56,7 @@ from .polish import MOST_TASKS
 from .problem import make_problem
 from .solver import DEFAULT_WORKERS, Progress, load
 from .state import State, objective_value
+from .warm import warm_start
 
 __all__ = ["objective_value", "search"]
 
@@ -137,7 +138,8 @@ PASSES: dict[str, tuple[Pass, ...]] = {
 def search(placement: Placement, micro_batches: int, memory: Number | Sequence[Number] | None = None,
            mode: str = "tessel", time_limit: float | None = None, workers: int | None = None,
            progress: Progress | None = None, objective: str = "makespan", started: float | None = None,
-           budget: Budget | None = None, clock: Clock | None = None) -> Schedule:
+           budget: Budget | None = None, clock: Clock | None = None,
+           starts: Sequence[Schedule] | Mapping[str, Schedule] = ()) -> Schedule:
     """The schedule of `micro_batches` micro-batches under per-device `memory` limits.
 
     Raises MemoryLimitError (a TesselError) naming the least limit per device when one
@@ -146,7 +148,11 @@ def search(placement: Placement, micro_batches: int, memory: Number | Sequence[N
     command's, budget.command_clock), else `time_limit` seconds (default by mode) from
     `started` (a time.perf_counter() value, default now). `budget` shares it between the passes
     (default Budget(); Budget(race=False) leaves the baselines out, to measure the search on its
-    own)."""
+    own). `starts`: schedules to start from (another generator's, an earlier run's; a mapping names
+    them, else they are numbered): each device's order timed on this placement and checked under
+    `memory` (warm.warm_start: SearchError naming what does not fit), then raced like a baseline,
+    whatever `budget.race` says, and polished like one: the search never answers longer than they
+    are."""
     t0 = time.perf_counter() if started is None else started
     _check_args(micro_batches, mode, time_limit, workers, objective)
     budget = budget or Budget()
@@ -163,6 +169,8 @@ def search(placement: Placement, micro_batches: int, memory: Number | Sequence[N
     passes = limit - budget.orders_reserve(limit) * polished
     state = State(problem, micro_batches, Clock(passes - budget.cuts_reserve(limit) * cut, outer.t0),
                   workers or DEFAULT_WORKERS, progress, budget, objective)
+    named = starts.items() if isinstance(starts, Mapping) else ((str(i), x) for i, x in enumerate(starts, 1))
+    state.rivals += [warm_start(x, placement, micro_batches, problem.real_limit(), label) for label, x in named]
     if budget.models(len(placement.blocks), state.clock.share(budget.repetend_share * budget.slice_share),
                      budget.model_per_block):  # a first period solve could run: CP-SAT loaded off its slice
         load()
