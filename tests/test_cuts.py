@@ -23,8 +23,8 @@ def _state(latency: float, n: int, work_seconds: float) -> State:
     v = zbv(4, forward=0.5, backward=0.488, weight=0.252, latency=latency)
     state = State(make_problem(v, V_MIN, n), n, Clock(120.0), 1, None, Budget(race=False), "makespan")
     state.best = BASELINES["v-mem"](v, n, V_MIN)
-    # the pass's work is Budget.cuts_reserve of the clock's limit: this many deterministic seconds
-    state.budget = Budget(race=False, cuts_share=work_seconds / state.clock.limit)
+    # the pass's work: Budget.cuts_least deterministic seconds (no share of the clock reserved)
+    state.budget = Budget(race=False, cuts_share=0.0, cuts_least=work_seconds)
     return state
 
 

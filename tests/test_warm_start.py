@@ -31,13 +31,13 @@ def _profiled(devices: int = 6, latency: float = 0.032) -> Placement:
 def test_a_search_never_answers_longer_than_its_start(tmp_path: Path) -> None:
     v = _profiled()
     # a good start: v-mem's schedule improved by the cuts' whole-problem solve (test_cuts.py)
-    state = State(make_problem(v, V_MIN, 12), 12, Clock(120.0), 1, None, Budget(race=False, cuts_share=4.0 / 120),
+    state = State(make_problem(v, V_MIN, 12), 12, Clock(120.0), 1, None, Budget(race=False, cuts_least=4.0),
                   "makespan")
     state.best = BASELINES["v-mem"](v, 12, V_MIN)
     cuts(state, Clock(120.0))
     good = state.best
     assert good is not None
-    plain = Budget(race=False, cuts_share=0.0)  # a second's search without the cuts' solve of its own
+    plain = Budget(race=False, cuts_least=0.0, cuts_floor=1e9)  # a second's search without the cuts' solve of its own
     short = search(v, 12, memory=V_MIN, time_limit=1, budget=plain)
     got = search(v, 12, memory=V_MIN, time_limit=1, budget=plain, starts={"cuts.json": good})
     assert got.errors() == [] and got.makespan <= good.makespan + 1e-9

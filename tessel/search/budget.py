@@ -128,8 +128,12 @@ class Budget:
     orders_share: float = 0.35  # of the limit kept from the passes before it for the order polish (passes/orders.py)
     # ... (0.2 left it 0.8 s of a 5 s limit, a quarter of its work at load 5: zbv-4 rows 3-4% above ZB-V, 0.35 within 0.5%)
     orders_cap: float = 3.0  # ... seconds at most (its replay budget takes about that at 400 tasks)
-    cuts_share: float = 0.5  # tessel, up to relax.GROUP_TASKS tasks: of the limit kept from the passes before it
-    # for the whole problem with the relaxation's cuts (passes/whole.cuts) ...
+    cuts_share: float = 0.5  # tessel, up to relax.GROUP_TASKS tasks: of the clock the race and the start leave
+    # beyond cuts_floor seconds, kept from the passes before it for the whole problem with the relaxation's cuts
+    # (passes/whole.cuts) ...
+    cuts_floor: float = 15.0  # ... (a 20 s search keeps its clock for the passes before, as measured: on zbv
+    # p = 6 and 8 under V-Min's memory, 15 rows, half of it for the cuts was as often longer as shorter) ...
+    cuts_least: float = 5.0  # ... its work at least this many seconds' worth (the clock left permitting) ...
     cuts_cap: float = 30.0  # ... seconds at most (zbv, 8 devices, 24 micro-batches, V-Min's memory: 18 s to the optimum)
     cuts_work: float = 1.0  # ... and its work: this many deterministic seconds per second kept (about one idle
     # core's: it ends on its work, not the clock, and gives the same schedule every run on a quiet machine)
@@ -163,9 +167,9 @@ class Budget:
         """Seconds of a search's limit the passes before the order polish leave it."""
         return min(limit * self.orders_share, self.orders_cap)
 
-    def cuts_reserve(self, limit: float) -> float:
-        """Seconds of a search's limit the passes before the cuts' whole-problem solve leave it."""
-        return min(limit * self.cuts_share, self.cuts_cap)
+    def cuts_reserve(self, seconds: float) -> float:
+        """Seconds of `seconds` the passes before the cuts' whole-problem solve leave it."""
+        return min(max(seconds - self.cuts_floor, 0.0) * self.cuts_share, self.cuts_cap)
 
     def fast_limit(self, blocks: int) -> float:
         """Mode fast's own ceiling on its wall clock, whatever the time limit says."""

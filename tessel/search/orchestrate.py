@@ -15,6 +15,11 @@ tessel: the period search brackets between that repetend's period and the bound,
         the period search and completed after the completion (passes/rounds.py, search/grouped.py: no solve
         finds it in seconds); on V placements with no baseline raced, a V construction read off the
         placement is the first answer and a seed of the order polish (passes/vseed.py, search/vbuild.py).
+        Up to relax.GROUP_TASKS tasks, a schedule still more than Budget.settle above the bound
+        then gets Budget.cuts_reserve of the clock (half of what the race and the start leave
+        beyond 15 s, 30 s at most) for the whole problem with the relaxation's cuts, after the
+        baseline completed like ours (passes/whole.cuts: tight memory, where warm-up and
+        cool-down decide; a shorter search runs it on what the passes before it left).
 fast:   constructed repetend, the solver only polishes its span (stops when it stalls), the whole
         schedule justified backward and forward by list scheduling (justify.py), completion.
 exact:  the tessel schedule as a hint, then the whole N-micro-batch problem in one solve.
@@ -114,13 +119,15 @@ TESSEL = (
     *COMPLETION[:3],
     Pass("shapes", shapes, rivals=True, settle=True),  # a construction at the period found, when it completes shorter
     Pass("grouped", grouped_completion, rivals=True, settle=True),  # ... completed, when close to the best
-    COMPLETION[3],
 )
-# the rest of tessel's passes, on the clock the ones above kept for the first (Budget.cuts_reserve):
-# a schedule still above the bound gets that time, one at or near it leaves it to the others
+# the rest of tessel's passes, on the clock the ones above kept (Budget.cuts_reserve); the cuts' solve after
+# the baseline completed like ours (zbv, p = 6, 18 micro-batches, V-Min's memory: v-mem completed reaches
+# 59.272 where the cuts' solve in its place stopped at 60.356), hinted by the best so far; a schedule at or
+# near the bound skips it
 TESSEL_END = (
+    COMPLETION[3], COMPLETION[5],  # the race when late, the best baseline completed like our own
     Pass("cuts", cuts, rivals=True, settle=True),  # up to relax.GROUP_TASKS tasks: the whole problem with cuts
-    *COMPLETION[4:],
+    COMPLETION[4], COMPLETION[6],  # the deepest repetend, the whole problem's quick solve
     Pass("vmem_seed", vmem_seed),  # the v-mem seed, if nothing offered it yet
 )
 PASSES: dict[str, tuple[Pass, ...]] = {
@@ -130,7 +137,7 @@ PASSES: dict[str, tuple[Pass, ...]] = {
     "fast": (Pass("polish", polish), Pass("justify", justification, rivals=True),
              Pass("completion", completion_after), Pass("justify", justification, rivals=True),
              *COMPLETION[3:]),
-    "exact": (Pass("hint", hinted(lambda s, _: run_passes(s, (*TESSEL, *TESSEL_END[1:]))), lambda b: b.exact_hint_share),
+    "exact": (Pass("hint", hinted(lambda s, _: run_passes(s, (*TESSEL, *(p for p in TESSEL_END if p.name != "cuts")))), lambda b: b.exact_hint_share),
               Pass("exact", exact, always=True)),  # the rest of the clock: the mode is the solver's proof
 }
 
@@ -167,8 +174,8 @@ def search(placement: Placement, micro_batches: int, memory: Number | Sequence[N
     polished = mode != "exact" and objective == "makespan" and micro_batches * len(placement.blocks) <= MOST_TASKS
     cut = mode == "tessel" and objective == "makespan" and relax.tasks(placement, micro_batches) <= relax.GROUP_TASKS
     passes = limit - budget.orders_reserve(limit) * polished
-    state = State(problem, micro_batches, Clock(passes - budget.cuts_reserve(limit) * cut, outer.t0),
-                  workers or DEFAULT_WORKERS, progress, budget, objective)
+    state = State(problem, micro_batches, Clock(passes, outer.t0), workers or DEFAULT_WORKERS, progress, budget,
+                  objective)
     named = starts.items() if isinstance(starts, Mapping) else ((str(i), x) for i, x in enumerate(starts, 1))
     state.rivals += [warm_start(x, placement, micro_batches, problem.real_limit(), label) for label, x in named]
     if budget.models(len(placement.blocks), state.clock.share(budget.repetend_share * budget.slice_share),
@@ -177,6 +184,8 @@ def search(placement: Placement, micro_batches: int, memory: Number | Sequence[N
     share = (lambda b: b.fast_race_share) if mode == "fast" else (lambda b: b.race_share)
     first = () if mode != "fast" and cheap(state) else (Pass("baselines", racing(share)),)
     run_passes(state, (*first, Pass("start", start)))
+    if cut:  # the cuts' share of what the race and the start left (a race that ran first keeps its own)
+        state.clock = Clock(passes - budget.cuts_reserve(state.clock.left()), outer.t0)
     run_passes(state, PASSES[mode])
     if mode == "tessel":
         state.clock = Clock(passes, outer.t0)

@@ -67,7 +67,9 @@ def cuts(state: State, clock: Clock) -> None:
         return
     floor, _ = state.lower_bound()
     b = state.budget
-    work = b.cuts_work * b.cuts_reserve(state.clock.limit)
+    # its work: the reserve of a clock as long as the search's, at least Budget.cuts_least (a short
+    # search's cuts run on what the passes before left), not the time left: the same every run
+    work = b.cuts_work * max(b.cuts_reserve(state.clock.limit), b.cuts_least)
     found = relax.cut_starts(p, n, hint, floor, clock, state.workers, work)
     starts = None if found is None else replay.starts(orders_from_starts(p.placement, found))
     state.statuses["cuts"] = "none" if starts is None else "found"
