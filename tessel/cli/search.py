@@ -61,7 +61,7 @@ def _search(args: argparse.Namespace) -> int:
     if unbounded and not args.allow_unbounded_memory:
         raise UsageError(f"{unbounded[0]}: give each forward's memory back in its backward (a negative memory), "
                          "or pass --allow-unbounded-memory to search it anyway")
-    starts = {path: _start(path) for path in args.start}
+    starts = {path: Schedule.load(path, check=True) for path in args.start}
     with ProgressLine("search") as progress:
         # the time limit counts from the command's start (CP-SAT loads on its clock)
         started = getattr(args, "started", None)
@@ -75,14 +75,6 @@ def _search(args: argparse.Namespace) -> int:
     _print_search(s, bool(getattr(args, "verbose", False)))
     write_outputs(s, args)
     return 0
-
-
-def _start(path: str) -> Schedule:
-    """A --start file, read and checked by the validity rules (its own placement's)."""
-    try:
-        return Schedule.load(path, check=True)
-    except OSError as e:
-        raise UsageError(f"--start {path}: {e.strerror or e}") from None
 
 
 def _print_search(s: Schedule, verbose: bool) -> None:

@@ -324,7 +324,6 @@ def _delays(p: Placement, kept: Sequence[str], prune: bool = True) -> dict[tuple
             if not prune or not any(b in dist[z] and row[z] + dist[z][b] >= g - EPS for z in row if z != b)}
 
 
-
 def cut_starts(problem: Problem, n: int, hint: Mapping[Key, Number], floor: Number, clock: Clock,
                workers: int | None, work: float) -> dict[Key, int] | None:
     """A schedule of the relaxation of every device at once (the whole problem with the

@@ -15,8 +15,6 @@ from ..placement import Number, Placement
 from ..schedule import Schedule, ScheduleError
 from ..timing import DeadlockError, orders_of, schedule_from_orders
 
-METHOD = "start"  # a warm start's meta["method"] among the raced baselines: "start:<its label>"
-
 
 def warm_start(s: Schedule, p: Placement, n: int, limit: Number | Sequence[Number] | None, label: str) -> Schedule:
     """`s`'s per-device orders timed on `p` for `n` micro-batches under `limit`; SearchError
@@ -37,15 +35,11 @@ def warm_start(s: Schedule, p: Placement, n: int, limit: Number | Sequence[Numbe
     if extra:
         raise SearchError(f"{where}: block {extra[0]!r} is not in placement {p.name!r}")
     try:
-        return schedule_from_orders(p, n, orders_of(s), limit, None, {"method": f"{METHOD}:{label}"})
+        return schedule_from_orders(p, n, orders_of(s), limit, None, {"method": f"start:{label}"})
     except DeadlockError as e:
         raise SearchError(f"{where}: its device orders deadlock on this placement ({e})") from None
     except ScheduleError as e:
         raise SearchError(f"{where}: timed on this placement it is not valid: {e}") from None
-
-
-def is_start(s: Schedule) -> bool:
-    return str(s.meta.get("method", "")).startswith(METHOD + ":")
 
 
 def _devices(ds: Sequence[int]) -> str:

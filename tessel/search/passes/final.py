@@ -14,7 +14,6 @@ from ..budget import Clock
 from ..modulo import steady_memory
 from ..report import SearchReport
 from ..state import State, per_micro_batch
-from ..warm import is_start
 from .rivals import shift
 
 log = logging.getLogger(__name__)
@@ -38,7 +37,7 @@ def final(state: State, clock: Clock) -> None:
 def _with_repetend(state: State, rival: Schedule, clock: Clock) -> Schedule:
     """A raced baseline that won, with its repetend (so it unrolls) when the clock allows the few
     builds that takes; as raced otherwise."""
-    if is_start(rival):  # a warm start: no generator to build shorter runs of it from
+    if str(rival.meta.get("method")) not in baselines.BASELINES:  # a warm start: no generator to rebuild it
         return rival
     if clock.left() < state.budget.repetend_builds * float(rival.meta.get("search_seconds", 0)):
         log.info("baseline %s kept without its repetend: no time left to find it", rival.meta.get("method"))

@@ -9,12 +9,11 @@ from collections.abc import Callable
 
 from ...errors import ScheduleError
 from ...numeric import EPS
-from ...timing import orders_from_starts, orders_of, settled
+from ...timing import earliest_starts, orders_from_starts, orders_of, schedule_from_orders
 from .. import relax
 from ..budget import Clock
 from ..exact import solve_exact
 from ..polish import in_order
-from ..replay import Replayer
 from ..state import State
 from .complete import grid_starts, sizes, with_kernel
 
@@ -61,24 +60,20 @@ def cuts(state: State, clock: Clock) -> None:
     if best is None or state.objective != "makespan" or clock.expired() \
             or relax.tasks(p.placement, n) > relax.GROUP_TASKS or not state.affords(state.budget.own_builds):
         return
-    replay = Replayer(p.placement, n)
-    hint = replay.starts(in_order(orders_of(best)))
-    if hint is None:
-        return
-    floor, _ = state.lower_bound()
     b = state.budget
     # its work: the reserve of a clock as long as the search's, at least Budget.cuts_least (a short
     # search's cuts run on what the passes before left), not the time left: the same every run
     work = b.cuts_work * max(b.cuts_reserve(state.clock.limit), b.cuts_least)
-    found = relax.cut_starts(p, n, hint, floor, clock, state.workers, work)
-    starts = None if found is None else replay.starts(orders_from_starts(p.placement, found))
-    state.statuses["cuts"] = "none" if starts is None else "found"
-    if starts is None:
-        return
-    try:
-        s = settled(p.placement, n, starts, p.real_limit(), None, {"base": "cuts"})
-    except ScheduleError as e:  # the relaxation counts a device's events at one time together
-        log.info("cuts: the relaxation's orders do not replay to a valid schedule: %s", e)
+    try:  # a deadlock (DeadlockError) or, the relaxation counting a device's events at one time together, rule 4
+        hint = earliest_starts(p.placement, n, in_order(orders_of(best)))
+        found = relax.cut_starts(p, n, hint, state.lower_bound()[0], clock, state.workers, work)
+        state.statuses["cuts"] = "none" if found is None else "found"
+        if found is None:
+            return
+        s = schedule_from_orders(p.placement, n, orders_from_starts(p.placement, found), p.real_limit(), None,
+                                 {"base": "cuts"})
+    except ScheduleError as e:
+        log.info("cuts: no valid schedule from the relaxation's orders: %s", e)
         return
     if state.value(s) < state.value(best) - EPS:
         state.best = s
