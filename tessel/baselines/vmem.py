@@ -31,6 +31,17 @@ time); the timing may keep W passes back but runs them before a forward that wou
 limit, so that peak bounds the timed schedule's. It times every fitting block over a few
 micro-batches (the warm-up, some periods, the cool-down: what tells blocks apart), the best KEEP
 over all of them, and returns the shortest: linear in the tasks, times the grid's size.
+
+The family also races each block with forwards one slot apart squeezed (tessel.baselines.squeeze,
+SQUEEZED: every task as early as its inputs' slots and the limit allow, instead of the early runs):
+the squeeze may also move a steady-state forward into a slot the block leaves to a W where the limit
+has room, which the early runs never do. Under V-Min's memory with profiled costs (the order counts
+each W right after its B, where V-Min's own count holds some W passes back: room for more
+activations in flight) 4-8% shorter at p = 4-8 (p = 8, m = 32: 108.916 -> 103.316, V-Min 108.904;
+with latency 115.176 -> 106.308, V-Min 114.768); at p = 16 never the shortest (the squeezed
+warm-up holds so many forwards that the steady state starves: 131.1 where the block's warm-up
+gives 124.7). Only the blocks with fd = fu = 1 (a third of v-mem's build time at p = 16 for all
+128; the others won alone on 3 of 72 rows, by 1.4% at most).
 """
 from __future__ import annotations
 
@@ -45,11 +56,13 @@ from ..schedule import EPS
 from ..timing import order_peak, span
 from .deadline import OutOfTime
 from .shapes import BaselineError, Chain
+from .squeeze import squeeze_orders
 from .wfill import fill_weights
 from .zbv_hand import zbv_hand_orders
 
 INTERVAL = 6  # slots per micro-batch per device: F, B and W of two chunks
 KEEP = 4  # blocks timed over every micro-batch, the best over a few
+SQUEEZE_KEEP = 2  # squeezed blocks timed so, the best over a few
 
 
 @dataclass(frozen=True)
@@ -63,6 +76,7 @@ class Fill:
     urgent: bool = False
     back: bool = False
     hold: bool = False
+    reorder: bool = True  # a ready task may move up its device's order (wfill's LOOKAHEAD)
 
 
 # Every block is screened with the `urgent` walk below (with latency, a forward's input often
@@ -95,9 +109,13 @@ class Fill:
 # 135.908 -> 133.992; p = 8, V-Half's, no latency, m = 32: 90.008 -> 89.948. Those two replaced
 # (0.8, 0.2, urgent) and (0.5, 0.2): the shortest walk never longer on the grid above (p = 6,
 # 8, 16, unit costs too; bench/vpeers.py's rows).
+# The last two walks run the orders as given (no ready task moved up: `reorder` off). On V-Min's
+# own F/B orders the plain such walk is V-Min to the digit (p = 16, m = 32: 124.508, 131.896 with
+# latency) where every reordering walk is 0.1-2.3% longer; on v-mem's blocks under V-Min's memory
+# with latency, p = 16: 133.992 -> 132.076 (m = 32), 185.968 -> 182.920 (48), 238.008 -> 233.772 (64).
 SCREEN = Fill(0.8, 0.2, urgent=True)
 FILLS = (Fill(0.8, 0.5, urgent=True, back=True, hold=True), Fill(0.5, 0.5, hold=True), Fill(0.5, overtake=True),
-         Fill(0.8, 0.2), Fill(0.0))
+         Fill(0.8, 0.2), Fill(0.0), Fill(0.0, reorder=False), Fill(0.5, 0.5, hold=True, reorder=False))
 
 
 @dataclass(frozen=True)
@@ -110,10 +128,12 @@ class Gaps:
     bu: int
     bturn: int
     lean: int = 0  # chunk-1 forwards fewer than ZB-V's in the warm-up (room for chunk 0's)
+    squeeze: bool = False  # the block squeezed (tessel.baselines.squeeze) instead of given early runs
 
 
 GRID = tuple(Gaps(fd, fu, turn, bd, bu, bturn) for fd, fu, bd, bu in itertools.product((1, 2), repeat=4)
              for turn in (1, 2, 3, 4) for bturn in (1, 2))
+SQUEEZED = tuple(replace(g, squeeze=True) for g in GRID if g.fd == g.fu == 1)
 
 
 @dataclass(frozen=True)
@@ -204,6 +224,11 @@ def vmem_orders(p: Placement, c: Chain, n: int, g: Gaps,
     size, k = len(c.forward), p.devices
     rank = {b: i for i, b in enumerate(list(c.forward) + list(c.backward))}
     blk = _Block(block_slots(c, g), rank, {})
+    if g.squeeze:
+        few = min(n, 2 * size)
+        if limit is not None and any(order_peak(p, _device_order(p, c, blk, few, d)) > limit[d] + EPS for d in range(k)):
+            return None  # the steady state alone is over: the squeeze moves no forward then
+        return squeeze_orders(p, c, n, blk.slot, rank, INTERVAL, limit)
     first, second = list(c.forward[:k]), [c.forward[size - 1 - d] for d in range(k)]
     w = _Warm(first, second, [max(p.by_id[a].memory, p.by_id[b].memory, EPS) for a, b in zip(first, second)],
               [min(n, 2 * k - 1 - d) for d in range(k)], [min(n, d + 1 - g.lean) for d in range(k)])
@@ -256,7 +281,7 @@ def _shortest(p: Placement, c: Chain, n: int, limit: Sequence[Number] | None,
             starts = fill_weights(p, [[x for x in o if x[0] not in late] for o in orders], c.weight, limit, best,
                                   slack=f.slack, wait=f.wait, overtake=f.overtake,
                                   urgent=(chunk1 if f.urgent else ()) + (back if f.back else ()),
-                                  hold=f.hold)
+                                  hold=f.hold, reorder=f.reorder)
         except OutOfTime:
             if not out:
                 raise
@@ -276,9 +301,15 @@ def vmem_starts(p: Placement, c: Chain, n: int, limit: Sequence[Number] | None) 
     m = 32: 5 CPU s a build): past a deadline set around the build, the shortest timed by then."""
     few = min(n, 2 * p.devices + 4)
     tried = _shortest(p, c, few, limit, _fitting(p, c, few, limit, GRID), (SCREEN,))
+    try:
+        squeezed = _shortest(p, c, few, limit, _fitting(p, c, few, limit, SQUEEZED), (SCREEN,))
+    except OutOfTime:
+        squeezed = []  # past the deadline: the plain blocks timed by then
     # the best blocks over every micro-batch, each with the leaner warm-up too (it moves only the
     # warm-up, which the few micro-batches do not weigh against the steady state)
     keep = [replace(g, lean=lean) for _, g, _ in tried[:KEEP] for lean in (0, 1)]
+    keep += [g for _, g, _ in squeezed[:SQUEEZE_KEEP]]
+    tried = sorted(tried + squeezed, key=lambda t: t[0])
     try:
         final = _shortest(p, c, n, limit, _fitting(p, c, n, limit, keep), FILLS)
     except OutOfTime:
