@@ -268,13 +268,12 @@ def _fitting(p: Placement, c: Chain, n: int, limit: Sequence[Number] | None,
 
 def _shortest(p: Placement, c: Chain, n: int, limit: Sequence[Number] | None,
               fits: list[tuple[Gaps, list[list[Key]]]],
-              fills: Sequence[Fill] = (Fill(),)) -> list[tuple[Number, Gaps, dict[Key, Number]]]:
+              fills: Sequence[Fill] = (Fill(),), best: Number = math.inf) -> list[tuple[Number, Gaps, dict[Key, Number]]]:
     """The fitting blocks timed (with each of `fills`), shortest first; a timing cut off once it
-    cannot beat the best so far. Past a deadline set around the build (tessel.baselines.deadline),
-    those timed by then (OutOfTime when none is)."""
+    cannot beat the best so far (`best` to begin with). Past a deadline set around the build
+    (tessel.baselines.deadline), those timed by then (OutOfTime when none is)."""
     late = set(c.weight.values())
     chunk1, back = tuple(c.forward[len(c.forward) // 2:]), tuple(c.backward)
-    best: Number = math.inf
     out: list[tuple[Number, Gaps, dict[Key, Number]]] = []
     for (g, orders), f in itertools.product(fits, fills):
         try:
@@ -297,19 +296,14 @@ def vmem_starts(p: Placement, c: Chain, n: int, limit: Sequence[Number] | None) 
     """The shortest schedule of the grid whose peaks fit `limit` (per device); BaselineError when
     none does. Every block is timed over a few micro-batches (the warm-up, some periods and the
     cool-down: what tells blocks apart), the best KEEP of them over all `n`, with and without a
-    leaner warm-up, each with every walk of FILLS. Anytime where those few are all `n` (p = 16,
-    m = 32: 5 CPU s a build): past a deadline set around the build, the shortest timed by then."""
+    leaner warm-up, each with every walk of FILLS; then the squeezed blocks alike (_squeezed).
+    Anytime where those few are all `n` (p = 16, m = 32: 2-4 CPU s a build): past a deadline set
+    around the build, the shortest timed by then."""
     few = min(n, 2 * p.devices + 4)
     tried = _shortest(p, c, few, limit, _fitting(p, c, few, limit, GRID), (SCREEN,))
-    try:
-        squeezed = _shortest(p, c, few, limit, _fitting(p, c, few, limit, SQUEEZED), (SCREEN,))
-    except OutOfTime:
-        squeezed = []  # past the deadline: the plain blocks timed by then
     # the best blocks over every micro-batch, each with the leaner warm-up too (it moves only the
     # warm-up, which the few micro-batches do not weigh against the steady state)
     keep = [replace(g, lean=lean) for _, g, _ in tried[:KEEP] for lean in (0, 1)]
-    keep += [g for _, g, _ in squeezed[:SQUEEZE_KEEP]]
-    tried = sorted(tried + squeezed, key=lambda t: t[0])
     try:
         final = _shortest(p, c, n, limit, _fitting(p, c, n, limit, keep), FILLS)
     except OutOfTime:
@@ -318,10 +312,28 @@ def vmem_starts(p: Placement, c: Chain, n: int, limit: Sequence[Number] | None) 
             raise
     if few == n:  # the first timings were of every micro-batch: at a deadline, the best of both
         final = sorted(final + tried, key=lambda t: t[0])
-    tried = final
-    if not tried:
+    final = sorted(final + _squeezed(p, c, n, few, limit, final[0][0] if final else math.inf), key=lambda t: t[0])
+    if not final:
         raise BaselineError("no block of the family fits the memory limit")
-    return tried[0][2]
+    return final[0][2]
+
+
+def _squeezed(p: Placement, c: Chain, n: int, few: int, limit: Sequence[Number] | None,
+              best: Number) -> list[tuple[Number, Gaps, dict[Key, Number]]]:
+    """The squeezed blocks screened over `few` micro-batches, the best SQUEEZE_KEEP timed over all
+    `n` with every walk of FILLS, each walk cut off once it cannot beat `best` (the plain blocks'
+    shortest). After the plain blocks, so a deadline leaves those: past it, the squeezed blocks
+    timed by then (none before the screen ends)."""
+    try:
+        screened = _shortest(p, c, few, limit, _fitting(p, c, few, limit, SQUEEZED), (SCREEN,))
+    except OutOfTime:
+        return []
+    done = screened if few == n else []
+    try:
+        keep = [g for _, g, _ in screened[:SQUEEZE_KEEP]]
+        return done + _shortest(p, c, n, limit, _fitting(p, c, n, limit, keep), FILLS, best)
+    except OutOfTime:
+        return done
 
 
 def vmem_futile(p: Placement, c: Chain, n: int, limit: Sequence[Number] | None) -> str | None:
