@@ -15,6 +15,13 @@ the least it can hold). Measured against the block's own warm-up (vmem's early r
 placement under V-Min's memory, profiled costs: p = 8, m = 16, 60.916 -> 57.404 without latency,
 64.180 -> 59.460 with (V-Min 60.904 and 64.208).
 
+With the W passes in slots of their own (`weights_slotted`: each in the first free slot after its
+B, counted for memory there, moved up like the rest), a forward never takes the slot a W needs to
+give its memory back in time; that holds the steady state where the squeeze with each W right
+after its B packs the warm-up so full of forwards that micro-batches stall on their way back up
+the V: p = 16, m = 32, V-Min's memory, profiled: 124.204 (V-Min 124.508; 125.720 with each W
+right after its B), with latency 131.528 (131.896).
+
 Moves only go earlier and never past an input's slot, so every edge still runs forward in slot
 order: the orders cannot deadlock. Each check is local: the levels of the tasks a forward overtakes
 and the level it starts from (the rest of the order keeps its levels).
@@ -85,20 +92,52 @@ class _Lane:
         self._levels(min(i, j), max(i, j) + 1)
 
 
+def _slot_weights(at: dict[Key, int], c: Chain, dev: dict[str, int]) -> None:
+    """Give each W a slot: on its device, the first one no task holds after its B's, the oldest
+    pending W first (a W left over past the device's last task goes after it)."""
+    lanes: dict[int, list[tuple[int, Key]]] = {}
+    for t, s in at.items():
+        lanes.setdefault(dev[t[0]], []).append((s, t))
+    for tasks in lanes.values():
+        tasks.sort()
+        held = {s for s, _ in tasks}
+        pending: list[Key] = []
+        i, s = 0, 0
+        while i < len(tasks) or pending:
+            while i < len(tasks) and tasks[i][0] <= s:
+                b, m = tasks[i][1]
+                i += 1
+                if b in c.weight:
+                    pending.append((c.weight[b], m))
+            if pending and s not in held:
+                at[pending.pop(0)] = s
+            s += 1
+
+
 def squeeze_orders(p: Placement, c: Chain, n: int, slot: dict[str, int], rank: dict[str, int], interval: int,
-                   limit: Sequence[Number] | None) -> list[list[Key]]:
+                   limit: Sequence[Number] | None, weights_slotted: bool = False) -> list[list[Key]]:
     """Each device's F/B order of the block `slot` (micro-batch m `interval` slots after m - 1),
-    squeezed under `limit` (see the module doc), each B followed by its W."""
+    squeezed under `limit` (see the module doc), each B followed by its W. With `weights_slotted`,
+    the W passes take slots too (_slot_weights) and count for memory where they stand, and move up
+    like the other tasks (after their B): a forward then never takes the slot a W needs to free
+    its memory in time."""
     at = {(b, m): slot[b] + interval * m for b in slot for m in range(n)}
+    dev = {b: c.device(p, b) for b in slot}
+    rank = dict(rank)
+    counted = c
+    if weights_slotted:
+        dev.update({w: dev[b] for b, w in c.weight.items()})
+        rank.update({w: rank[b] for b, w in c.weight.items()})
+        _slot_weights(at, c, dev)
+        counted = Chain(c.forward, c.backward, {})  # each W counts at its own place
     key = {t: (s, -rank[t[0]], t[1]) for t, s in at.items()}
     order = sorted(at, key=key.__getitem__)
-    dev = {b: c.device(p, b) for b in slot}
     cap = list(limit) if limit is not None else [float("inf")] * p.devices
-    lanes = [_Lane(p, c, [(key[t], t) for t in order if dev[t[0]] == d], cap[d]) for d in range(p.devices)]
+    lanes = [_Lane(p, counted, [(key[t], t) for t in order if dev[t[0]] == d], cap[d]) for d in range(p.devices)]
     for t in order:
         b, m = t
         lane = lanes[dev[b]]
-        earliest = max([at[(a, m)] + 1 for a in p.preds[b] if a in slot] + [at[(b, m - 1)] + 1 if m else 0])
+        earliest = max([at[(a, m)] + 1 for a in p.preds[b] if (a, m) in at] + [at[(b, m - 1)] + 1 if m else 0])
         j = bisect.bisect_left(lane.keys, key[t])
         i = lane.lowest(j, b)
         s = max(earliest, lane.keys[i - 1][0] + 1 if i else earliest)
@@ -112,5 +151,6 @@ def squeeze_orders(p: Placement, c: Chain, n: int, slot: dict[str, int], rank: d
             at[t] = s
             key[t] = (s, -rank[b], m)
             lane.move(j, key[t])
-    return [[x for b, m in lane.tasks for x in ([(b, m), (c.weight[b], m)] if b in c.weight else [(b, m)])]
-            for lane in lanes]
+    late = set(c.weight.values())
+    return [[x for b, m in lane.tasks if b not in late
+             for x in ([(b, m), (c.weight[b], m)] if b in c.weight else [(b, m)])] for lane in lanes]

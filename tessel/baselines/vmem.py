@@ -38,10 +38,14 @@ the squeeze may also move a steady-state forward into a slot the block leaves to
 has room, which the early runs never do. Under V-Min's memory with profiled costs (the order counts
 each W right after its B, where V-Min's own count holds some W passes back: room for more
 activations in flight) 4-8% shorter at p = 4-8 (p = 8, m = 32: 108.916 -> 103.316, V-Min 108.904;
-with latency 115.176 -> 106.308, V-Min 114.768); at p = 16 never the shortest (the squeezed
-warm-up holds so many forwards that the steady state starves: 131.1 where the block's warm-up
-gives 124.7). Only the blocks with fd = fu = 1 (a third of v-mem's build time at p = 16 for all
-128; the others won alone on 3 of 72 rows, by 1.4% at most).
+with latency 115.176 -> 106.308, V-Min 114.768). At p = 16 that squeeze packs the warm-up with
+forwards and the steady state starves (131.1 where the block's warm-up gives 124.7); squeezed with
+the W passes in slots of their own (`slotted`) it is the shortest there: m = 32, profiled,
+124.652 -> 124.204 (V-Min 124.508), with latency 132.076 -> 131.528 (131.896). Only the blocks
+with fd = fu = 1 are squeezed (all 128 took a third of v-mem's build time at p = 16; the others won
+alone on 3 of 72 rows at p = 4-8, by 1.4% at most), screened with the walk that runs the orders as
+given (SQUEEZE_SCREEN: with SCREEN the slotted blocks that win at p = 16 were not among the best
+two).
 """
 from __future__ import annotations
 
@@ -114,6 +118,7 @@ class Fill:
 # latency) where every reordering walk is 0.1-2.3% longer; on v-mem's blocks under V-Min's memory
 # with latency, p = 16: 133.992 -> 132.076 (m = 32), 185.968 -> 182.920 (48), 238.008 -> 233.772 (64).
 SCREEN = Fill(0.8, 0.2, urgent=True)
+SQUEEZE_SCREEN = Fill(0.0, reorder=False)
 FILLS = (Fill(0.8, 0.5, urgent=True, back=True, hold=True), Fill(0.5, 0.5, hold=True), Fill(0.5, overtake=True),
          Fill(0.8, 0.2), Fill(0.0), Fill(0.0, reorder=False), Fill(0.5, 0.5, hold=True, reorder=False))
 
@@ -129,11 +134,12 @@ class Gaps:
     bturn: int
     lean: int = 0  # chunk-1 forwards fewer than ZB-V's in the warm-up (room for chunk 0's)
     squeeze: bool = False  # the block squeezed (tessel.baselines.squeeze) instead of given early runs
+    slotted: bool = False  # squeezed with the W passes in slots of their own
 
 
 GRID = tuple(Gaps(fd, fu, turn, bd, bu, bturn) for fd, fu, bd, bu in itertools.product((1, 2), repeat=4)
              for turn in (1, 2, 3, 4) for bturn in (1, 2))
-SQUEEZED = tuple(replace(g, squeeze=True) for g in GRID if g.fd == g.fu == 1)
+SQUEEZED = tuple(replace(g, squeeze=True, slotted=w) for w in (False, True) for g in GRID if g.fd == g.fu == 1)
 
 
 @dataclass(frozen=True)
@@ -228,7 +234,7 @@ def vmem_orders(p: Placement, c: Chain, n: int, g: Gaps,
         few = min(n, 2 * size)
         if limit is not None and any(order_peak(p, _device_order(p, c, blk, few, d)) > limit[d] + EPS for d in range(k)):
             return None  # the steady state alone is over: the squeeze moves no forward then
-        return squeeze_orders(p, c, n, blk.slot, rank, INTERVAL, limit)
+        return squeeze_orders(p, c, n, blk.slot, rank, INTERVAL, limit, g.slotted)
     first, second = list(c.forward[:k]), [c.forward[size - 1 - d] for d in range(k)]
     w = _Warm(first, second, [max(p.by_id[a].memory, p.by_id[b].memory, EPS) for a, b in zip(first, second)],
               [min(n, 2 * k - 1 - d) for d in range(k)], [min(n, d + 1 - g.lean) for d in range(k)])
@@ -325,7 +331,7 @@ def _squeezed(p: Placement, c: Chain, n: int, few: int, limit: Sequence[Number] 
     shortest). After the plain blocks, so a deadline leaves those: past it, the squeezed blocks
     timed by then (none before the screen ends)."""
     try:
-        screened = _shortest(p, c, few, limit, _fitting(p, c, few, limit, SQUEEZED), (SCREEN,))
+        screened = _shortest(p, c, few, limit, _fitting(p, c, few, limit, SQUEEZED), (SQUEEZE_SCREEN,))
     except OutOfTime:
         return []
     done = screened if few == n else []
