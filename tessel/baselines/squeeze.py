@@ -133,7 +133,10 @@ def squeeze_orders(p: Placement, c: Chain, n: int, slot: dict[str, int], rank: d
     key = {t: (s, -rank[t[0]], t[1]) for t, s in at.items()}
     order = sorted(at, key=key.__getitem__)
     cap = list(limit) if limit is not None else [float("inf")] * p.devices
-    lanes = [_Lane(p, counted, [(key[t], t) for t in order if dev[t[0]] == d], cap[d]) for d in range(p.devices)]
+    by_device: list[list[tuple[SlotKey, Key]]] = [[] for _ in range(p.devices)]
+    for t in order:
+        by_device[dev[t[0]]].append((key[t], t))
+    lanes = [_Lane(p, counted, tasks, cap[d]) for d, tasks in enumerate(by_device)]
     for t in order:
         b, m = t
         lane = lanes[dev[b]]

@@ -41,11 +41,14 @@ activations in flight) 4-8% shorter at p = 4-8 (p = 8, m = 32: 108.916 -> 103.31
 with latency 115.176 -> 106.308, V-Min 114.768). At p = 16 that squeeze packs the warm-up with
 forwards and the steady state starves (131.1 where the block's warm-up gives 124.7); squeezed with
 the W passes in slots of their own (`slotted`) it is the shortest there: m = 32, profiled,
-124.652 -> 124.204 (V-Min 124.508), with latency 132.076 -> 131.528 (131.896). Only the blocks
-with fd = fu = 1 are squeezed (all 128 took a third of v-mem's build time at p = 16; the others won
-alone on 3 of 72 rows at p = 4-8, by 1.4% at most), screened with the walk that runs the orders as
-given (SQUEEZE_SCREEN: with SCREEN the slotted blocks that win at p = 16 were not among the best
-two).
+124.652 -> 124.204 (V-Min 124.508), with latency 132.076 -> 131.528 (131.896). Squeezed: the
+blocks with fu = 1 (V-Min's block has fd = 1, V-Half's fd = 2), slotted only those with fd = fu = 1
+(most slotted blocks stay distinct after the squeeze, where half of the others collapse into the
+same orders: the cost is the squeeze, 25-45 ms a block at p = 16). They are screened over p +
+SQUEEZE_FEW micro-batches with two walks, the one that runs the orders as given (SQUEEZE_SCREEN:
+the slotted blocks that win at p = 16) and SCREEN (V-Half's block squeezed wins with it: held-out
+p = 12, m = 36, V-Half's memory, latency: 109.808 -> 108.888, V-Half 109.304), and the best
+SQUEEZE_KEEP distinct blocks are timed over every micro-batch with every walk of FILLS.
 """
 from __future__ import annotations
 
@@ -66,7 +69,8 @@ from .zbv_hand import zbv_hand_orders
 
 INTERVAL = 6  # slots per micro-batch per device: F, B and W of two chunks
 KEEP = 4  # blocks timed over every micro-batch, the best over a few
-SQUEEZE_KEEP = 2  # squeezed blocks timed so, the best over a few
+SQUEEZE_FEW = 8  # squeezed blocks are screened over p + this many micro-batches
+SQUEEZE_KEEP = 3  # squeezed blocks timed so, the best over a few
 
 
 @dataclass(frozen=True)
@@ -139,7 +143,8 @@ class Gaps:
 
 GRID = tuple(Gaps(fd, fu, turn, bd, bu, bturn) for fd, fu, bd, bu in itertools.product((1, 2), repeat=4)
              for turn in (1, 2, 3, 4) for bturn in (1, 2))
-SQUEEZED = tuple(replace(g, squeeze=True, slotted=w) for w in (False, True) for g in GRID if g.fd == g.fu == 1)
+SQUEEZED = (tuple(replace(g, squeeze=True) for g in GRID if g.fu == 1)
+            + tuple(replace(g, squeeze=True, slotted=True) for g in GRID if g.fd == g.fu == 1))
 
 
 @dataclass(frozen=True)
@@ -330,13 +335,14 @@ def _squeezed(p: Placement, c: Chain, n: int, few: int, limit: Sequence[Number] 
     `n` with every walk of FILLS, each walk cut off once it cannot beat `best` (the plain blocks'
     shortest). After the plain blocks, so a deadline leaves those: past it, the squeezed blocks
     timed by then (none before the screen ends)."""
+    few = min(few, p.devices + SQUEEZE_FEW)
     try:
-        screened = _shortest(p, c, few, limit, _fitting(p, c, few, limit, SQUEEZED), (SQUEEZE_SCREEN,))
+        screened = _shortest(p, c, few, limit, _fitting(p, c, few, limit, SQUEEZED), (SQUEEZE_SCREEN, SCREEN))
     except OutOfTime:
         return []
     done = screened if few == n else []
     try:
-        keep = [g for _, g, _ in screened[:SQUEEZE_KEEP]]
+        keep = list(dict.fromkeys(g for _, g, _ in screened))[:SQUEEZE_KEEP]
         return done + _shortest(p, c, n, limit, _fitting(p, c, n, limit, keep), FILLS, best)
     except OutOfTime:
         return done
