@@ -48,7 +48,10 @@ same orders: the cost is the squeeze, 25-45 ms a block at p = 16). They are scre
 SQUEEZE_FEW micro-batches with two walks, the one that runs the orders as given (SQUEEZE_SCREEN:
 the slotted blocks that win at p = 16) and SCREEN (V-Half's block squeezed wins with it: held-out
 p = 12, m = 36, V-Half's memory, latency: 109.808 -> 108.888, V-Half 109.304), and the best
-SQUEEZE_KEEP distinct blocks are timed over every micro-batch with every walk of FILLS.
+SQUEEZE_KEEP distinct blocks are timed over every micro-batch with every walk of FILLS. The
+screen's length moves which held-out rows are won: over the plain blocks' 2p + 4 micro-batches
+V-Min's memory at p = 12, m = 36 gives 127.344 (V-Min 127.724, p + 8: 127.796) but V-Half's with
+latency at p = 14, m = 42 128.388 (V-Half 128.116, p + 8: 127.612), a fifth slower; p + 8 is kept.
 """
 from __future__ import annotations
 
