@@ -32,8 +32,8 @@ limit, so that peak bounds the timed schedule's. It times every fitting block ov
 micro-batches (the warm-up, some periods, the cool-down: what tells blocks apart), the best KEEP
 over all of them, and returns the shortest: linear in the tasks, times the grid's size.
 
-The family also races each block with forwards one slot apart squeezed (tessel.baselines.squeeze,
-SQUEEZED: every task as early as its inputs' slots and the limit allow, instead of the early runs):
+The family also races blocks squeezed (tessel.baselines.squeeze, SQUEEZED: every task as early as
+its inputs' slots and the limit allow, instead of the early runs):
 the squeeze may also move a steady-state forward into a slot the block leaves to a W where the limit
 has room, which the early runs never do. Under V-Min's memory with profiled costs (the order counts
 each W right after its B, where V-Min's own count holds some W passes back: room for more
@@ -311,7 +311,7 @@ def vmem_starts(p: Placement, c: Chain, n: int, limit: Sequence[Number] | None) 
     none does. Every block is timed over a few micro-batches (the warm-up, some periods and the
     cool-down: what tells blocks apart), the best KEEP of them over all `n`, with and without a
     leaner warm-up, each with every walk of FILLS; then the squeezed blocks alike (_squeezed).
-    Anytime where those few are all `n` (p = 16, m = 32: 2-4 CPU s a build): past a deadline set
+    Anytime where those few are all `n` (p = 16, m = 32: 1-8 CPU s a build): past a deadline set
     around the build, the shortest timed by then."""
     few = min(n, 2 * p.devices + 4)
     tried = _shortest(p, c, few, limit, _fitting(p, c, few, limit, GRID), (SCREEN,))
