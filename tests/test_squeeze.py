@@ -23,10 +23,11 @@ def profiled(p: int, latency: float = 0.0) -> Placement:
     return library.zbv(p, forward=0.5, backward=0.488, weight=0.252, latency=latency)
 
 
-def _squeezed(z: Placement, n: int, g: Gaps, limit: list[int] | None) -> list[list[tuple[str, int]]]:
+def _squeezed(z: Placement, n: int, g: Gaps, limit: list[int] | None,
+              slotted: bool = False) -> list[list[tuple[str, int]]]:
     c = _v_chain(z, "v-mem")
     rank = {b: i for i, b in enumerate(list(c.forward) + list(c.backward))}
-    return squeeze_orders(z, c, n, block_slots(c, g), rank, vmem.INTERVAL, limit)
+    return squeeze_orders(z, c, n, block_slots(c, g), rank, vmem.INTERVAL, limit, weights_slotted=slotted)
 
 
 def test_squeezed_orders_fit_the_limit_and_time_without_deadlock() -> None:
@@ -91,14 +92,8 @@ def test_slotted_weights_squeeze_fits_and_beats_v_min_at_16_devices() -> None:
     # zero-bubble repository's zbv_greedy, timed by bench/vpeers.py); the squeeze with W passes in
     # slots of their own gives 124.204, the W-right-after-B squeeze 125.72 at best
     z, n, lim = profiled(16), 32, [12] * 16
-    slotted = _squeezed_slotted(z, n, Gaps(1, 1, 2, 1, 1, 1), lim)
+    slotted = _squeezed(z, n, Gaps(1, 1, 2, 1, 1, 1), lim, slotted=True)
     assert all(order_peak(z, o) <= 12 for o in slotted)
     s = BASELINES["v-mem"](z, n, lim)
     assert s.errors() == [] and max(s.peak_memory) <= 12
     assert s.makespan < 124.508, s.makespan
-
-
-def _squeezed_slotted(z: Placement, n: int, g: Gaps, limit: list[int]) -> list[list[tuple[str, int]]]:
-    c = _v_chain(z, "v-mem")
-    rank = {b: i for i, b in enumerate(list(c.forward) + list(c.backward))}
-    return squeeze_orders(z, c, n, block_slots(c, g), rank, vmem.INTERVAL, limit, weights_slotted=True)

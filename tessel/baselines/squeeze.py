@@ -29,7 +29,7 @@ and the level it starts from (the rest of the order keeps its levels).
 from __future__ import annotations
 
 import bisect
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Sequence
 
 from ..key import Key
@@ -45,7 +45,7 @@ class _Lane:
     infinity for one that allocates nothing) and after it and its W (`after`)."""
 
     def __init__(self, p: Placement, c: Chain, tasks: list[tuple[SlotKey, Key]], cap: Number) -> None:
-        self.p, self.c, self.cap = p, c, cap
+        self.cap = cap
         self.keys = [k for k, _ in tasks]
         self.tasks = [t for _, t in tasks]
         self.used: Counter[int] = Counter(k[0] for k in self.keys)
@@ -101,7 +101,7 @@ def _slot_weights(at: dict[Key, int], c: Chain, dev: dict[str, int]) -> None:
     for tasks in lanes.values():
         tasks.sort()
         held = {s for s, _ in tasks}
-        pending: list[Key] = []
+        pending: deque[Key] = deque()
         i, s = 0, 0
         while i < len(tasks) or pending:
             while i < len(tasks) and tasks[i][0] <= s:
@@ -110,7 +110,7 @@ def _slot_weights(at: dict[Key, int], c: Chain, dev: dict[str, int]) -> None:
                 if b in c.weight:
                     pending.append((c.weight[b], m))
             if pending and s not in held:
-                at[pending.pop(0)] = s
+                at[pending.popleft()] = s
             s += 1
 
 

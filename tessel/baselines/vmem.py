@@ -238,19 +238,16 @@ def vmem_orders(p: Placement, c: Chain, n: int, g: Gaps,
     size, k = len(c.forward), p.devices
     rank = {b: i for i, b in enumerate(list(c.forward) + list(c.backward))}
     blk = _Block(block_slots(c, g), rank, {})
+    few = min(n, 2 * size)  # the warm-up and a few periods show the peak; the caller checks the whole
+    if limit is not None and any(order_peak(p, _device_order(p, c, blk, few, d)) > limit[d] + EPS for d in range(k)):
+        return None  # the steady state alone is over: no warm-up can help, squeezed or not
     if g.squeeze:
-        few = min(n, 2 * size)
-        if limit is not None and any(order_peak(p, _device_order(p, c, blk, few, d)) > limit[d] + EPS for d in range(k)):
-            return None  # the steady state alone is over: the squeeze moves no forward then
         return squeeze_orders(p, c, n, blk.slot, rank, INTERVAL, limit, g.slotted)
     first, second = list(c.forward[:k]), [c.forward[size - 1 - d] for d in range(k)]
     w = _Warm(first, second, [max(p.by_id[a].memory, p.by_id[b].memory, EPS) for a, b in zip(first, second)],
               [min(n, 2 * k - 1 - d) for d in range(k)], [min(n, d + 1 - g.lean) for d in range(k)])
     _monotone(w.k0, w.k1)
     if limit is not None:
-        few = min(n, 2 * size)  # the warm-up and a few periods show the peak; the caller checks the whole
-        if any(order_peak(p, _device_order(p, c, blk, few, d)) > limit[d] + EPS for d in range(k)):
-            return None  # the steady state alone is over: no warm-up can help
         for d in range(k):
             # every early forward is held before the device's first backward: never more than fit
             while w.k0[d] + w.k1[d] > math.floor(limit[d] / w.unit[d] + EPS) and w.k0[d] + w.k1[d]:
