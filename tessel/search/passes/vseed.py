@@ -16,7 +16,8 @@ from __future__ import annotations
 import logging
 import math
 
-from ...schedule import Schedule, ScheduleError
+from ...schedule import ScheduleError
+from ...timing import orders_from_starts, schedule_from_orders
 from ..budget import Clock
 from ..linebuild import line_chain, line_construction
 from ..state import State
@@ -50,7 +51,10 @@ def vbuild_seed(state: State, clock: Clock) -> None:
     if starts is None:
         return
     try:
-        s = Schedule.build(p.placement, n, starts, p.real_limit(), None, {"base": base, "repetend": "none"})
+        # its orders replayed as early as they allow: no later than the walk's times (the same peaks: an
+        # order's) and without the walk's float dust, which left a line 2e-9 above a bound it meets
+        s = schedule_from_orders(p.placement, n, orders_from_starts(p.placement, starts), p.real_limit(), None,
+                                 {"base": base, "repetend": "none"})
     except ScheduleError as e:  # a rule the walk's times miss: no seed then
         log.info("%s: %s", base, e)
         return
