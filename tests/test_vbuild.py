@@ -70,14 +70,14 @@ def state_of(z: Placement, n: int, limit: int, race: bool) -> State:
     return state
 
 
-def test_pass_seeds_only_when_not_raced() -> None:
+def test_pass_seeds_only_when_not_raced_and_answers_either_way() -> None:
     alone = state_of(profiled(4), 8, 8, race=False)
     vbuild_seed(alone, alone.clock)
     assert [s.meta["base"] for s in alone.seeds] == [BASE]
     assert alone.best is not None and alone.best.makespan <= alone.seeds[0].makespan
     raced = state_of(profiled(4), 8, 8, race=True)
     vbuild_seed(raced, raced.clock)
-    assert raced.seeds == []
+    assert raced.seeds == [] and [s.meta["base"] for s in raced.rivals][-1:] == [BASE]
 
 
 def test_search_alone_is_at_most_the_construction(tmp_path: Path) -> None:

@@ -13,8 +13,8 @@ tessel: the period search brackets between that repetend's period and the bound,
         (passes/shapes.py: the least span misleads on interleaved placements with latency), and
         on looped placements a repetend of p micro-batches run in chunk rounds, unrolled before
         the period search and completed after the completion (passes/rounds.py, search/grouped.py: no solve
-        finds it in seconds); on V and line placements with no baseline raced, a construction read off the
-        placement is the first answer and a seed of the order polish (passes/vseed.py, search/vbuild.py,
+        finds it in seconds); on V and line placements a construction read off the placement is a first
+        answer (and, with no baseline raced, a seed of the order polish) (passes/vseed.py, search/vbuild.py,
         search/linebuild.py).
         Up to relax.GROUP_TASKS tasks, a schedule still more than Budget.settle above the bound
         then gets Budget.cuts_reserve of the clock (half of what the race and the start leave
@@ -111,7 +111,7 @@ COMPLETION = (
     Pass("whole", whole, rivals=True, settle=True),  # few tasks: one solve of the whole problem, with a stall
 )
 TESSEL = (
-    Pass("vbuild", vbuild_seed),  # V or line, not raced: its construction, a first answer and a polish seed
+    Pass("vbuild", vbuild_seed),  # V or line: its construction, a first answer (a polish seed when not raced)
     Pass("vmem_start", vmem_start),  # V under a tight limit: v-mem's steady state when better, and a seed
     Pass("listed", listed),  # a repetend read off a list schedule: the period search's start when better
     Pass("grouped", grouped_seed),  # a looped placement's p-copy repetends, unrolled: the shortest a seed
