@@ -26,10 +26,10 @@ from ..key import Key
 from ..placement import Number, Placement
 from ..schedule import EPS
 from ..timing import DeadlockError, earliest_starts, order_peak, span
+from .vbuild import TIMINGS  # the same walks as the V's
 
 log = logging.getLogger(__name__)
 WARM_STEPS = (0, 1, 2)  # forwards beyond 1F1B's warm-up on each device, where its limit holds them
-TIMINGS = ((False, 0.0), (True, 0.0), (False, 0.5))  # wfill's (reorder, slack), as search/vbuild.py's
 
 
 def line_chain(p: Placement) -> Chain | None:
