@@ -64,8 +64,9 @@ def line_construction(p: Placement, n: int, limit: Sequence[Number] | None,
         for reorder, slack in TIMINGS:
             starts = fill_weights(p, [[x for x in o if x[0] not in late] for o in orders], c.weight, limit,
                                   reorder=reorder, slack=slack)
-            if starts is not None and (best is None or span(p, starts) < best[0] - EPS):
-                best = span(p, starts), starts
+            length = span(p, starts) if starts is not None else math.inf
+            if starts is not None and (best is None or length < best[0] - EPS):
+                best = length, starts
     log.info("line construction: %s", None if best is None else best[0])
     return None if best is None else best[1]
 
@@ -76,12 +77,8 @@ def _fitting(p: Placement, c: Chain, n: int, limit: Sequence[Number] | None, ste
     k = p.devices
     orders = []
     for r in range(k):
-        order = None
-        for w in range(min(k - r + step, n), 0, -1):
-            order = line_order(c, k, r, n, w)
-            if limit is None or order_peak(p, order) <= limit[r] + EPS:
-                break
-            order = None
+        deepest = (line_order(c, k, r, n, w) for w in range(min(k - r + step, n), 0, -1))
+        order = next((o for o in deepest if limit is None or order_peak(p, o) <= limit[r] + EPS), None)
         if order is None:
             return None
         orders.append(order)
