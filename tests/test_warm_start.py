@@ -40,7 +40,7 @@ def test_a_search_never_answers_longer_than_its_start(tmp_path: Path, monkeypatc
     cuts(state, Clock(120.0))
     good = state.best
     assert good is not None
-    plain = Budget(race=False, cuts_least=0.0, cuts_floor=1e9)  # a second's search without the cuts' solve of its own
+    plain = Budget(race=False, cuts_least=0.0, cuts_share=0.0)  # a second's search without the cuts' solve of its own
     short = search(v, 12, memory=V_MIN, time_limit=1, budget=plain)
     got = search(v, 12, memory=V_MIN, time_limit=1, budget=plain, starts={"cuts.json": good})
     assert got.errors() == [] and got.makespan <= good.makespan + 1e-9

@@ -128,11 +128,11 @@ class Budget:
     orders_share: float = 0.35  # of the limit kept from the passes before it for the order polish (passes/orders.py)
     # ... (0.2 left it 0.8 s of a 5 s limit, a quarter of its work at load 5: zbv-4 rows 3-4% above ZB-V, 0.35 within 0.5%)
     orders_cap: float = 3.0  # ... seconds at most (its replay budget takes about that at 400 tasks)
-    cuts_share: float = 0.5  # tessel, up to relax.GROUP_TASKS tasks: of the clock the race and the start leave
-    # beyond cuts_floor seconds, kept from the passes before it for the whole problem with the relaxation's cuts
-    # (passes/whole.cuts) ...
-    cuts_floor: float = 15.0  # ... (a 20 s search keeps its clock for the passes before, as measured: on zbv
-    # p = 6 and 8 under V-Min's memory, 15 rows, half of it for the cuts was as often longer as shorter) ...
+    cuts_share: float = 0.5  # tessel, up to relax.GROUP_TASKS tasks: of the clock the race and the start leave,
+    # kept from the passes before it for the whole problem with the relaxation's cuts (passes/whole.cuts): at 20 s,
+    # 41 open rows of the peers grid (p = 4-8, V-Min's and the interleaved peers' memory among them), 14 shorter and
+    # none longer than keeping it only beyond 15 s (izb, 6 devices, 18 micro-batches, unit costs, latency 0.5:
+    # 73.5 -> 72.5; izb, 8 devices, 16, unit costs, 1F1B's memory: 54 -> 53); from 75 s on it is cuts_cap either way ...
     cuts_least: float = 5.0  # ... its work at least this many seconds' worth (the clock left permitting) ...
     cuts_cap: float = 30.0  # ... seconds at most (zbv, 8 devices, 24 micro-batches, V-Min's memory: 18 s to the optimum)
     cuts_work: float = 1.0  # ... and its work: this many deterministic seconds per second kept (about one idle
@@ -169,7 +169,7 @@ class Budget:
 
     def cuts_reserve(self, seconds: float) -> float:
         """Seconds of `seconds` the passes before the cuts' whole-problem solve leave it."""
-        return min(max(seconds - self.cuts_floor, 0.0) * self.cuts_share, self.cuts_cap)
+        return min(seconds * self.cuts_share, self.cuts_cap)
 
     def fast_limit(self, blocks: int) -> float:
         """Mode fast's own ceiling on its wall clock, whatever the time limit says."""

@@ -17,10 +17,9 @@ tessel: the period search brackets between that repetend's period and the bound,
         answer (and, with no baseline raced, a seed of the order polish) (passes/vseed.py, search/vbuild.py,
         search/linebuild.py).
         Up to relax.GROUP_TASKS tasks, a schedule still more than Budget.settle above the bound
-        then gets Budget.cuts_reserve of the clock (half of what the race and the start leave
-        beyond 15 s, 30 s at most) for the whole problem with the relaxation's cuts, after the
-        baseline completed like ours (passes/whole.cuts: tight memory, where warm-up and
-        cool-down decide; a shorter search runs it on what the passes before it left).
+        then gets Budget.cuts_reserve of the clock (half of what the race and the start leave,
+        30 s at most) for the whole problem with the relaxation's cuts, after the baseline
+        completed like ours (passes/whole.cuts: tight memory, where warm-up and cool-down decide).
 fast:   constructed repetend, the solver only polishes its span (stops when it stalls), the whole
         schedule justified backward and forward by list scheduling (justify.py), completion.
 exact:  the tessel schedule as a hint, then the whole N-micro-batch problem in one solve.
