@@ -133,6 +133,7 @@ class Budget:
     # 41 open rows of the peers grid (p = 4-8, V-Min's and the interleaved peers' memory among them), 14 shorter and
     # none longer than keeping it only beyond 15 s (izb, 6 devices, 18 micro-batches, unit costs, latency 0.5:
     # 73.5 -> 72.5; izb, 8 devices, 16, unit costs, 1F1B's memory: 54 -> 53); from 75 s on it is cuts_cap either way ...
+    cuts_floor: float = 0.0  # ... beyond this many seconds (15 before: bench/budget_ab.py compares the two) ...
     cuts_least: float = 5.0  # ... its work at least this many seconds' worth (the clock left permitting) ...
     cuts_cap: float = 30.0  # ... seconds at most (zbv, 8 devices, 24 micro-batches, V-Min's memory: 18 s to the optimum)
     cuts_work: float = 1.0  # ... and its work: this many deterministic seconds per second kept (about one idle
@@ -169,7 +170,7 @@ class Budget:
 
     def cuts_reserve(self, seconds: float) -> float:
         """Seconds of `seconds` the passes before the cuts' whole-problem solve leave it."""
-        return min(seconds * self.cuts_share, self.cuts_cap)
+        return min(max(seconds - self.cuts_floor, 0.0) * self.cuts_share, self.cuts_cap)
 
     def fast_limit(self, blocks: int) -> float:
         """Mode fast's own ceiling on its wall clock, whatever the time limit says."""
