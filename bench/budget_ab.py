@@ -50,6 +50,11 @@ def open_rows(path: str, far: float, sample: int, seed: int) -> list[dict[str, A
     return [r["key"] for r in far_rows + rest[:sample]]
 
 
+def ab_key(row: dict[str, Any], name: str, fields: dict[str, Any], limit: float) -> dict[str, Any]:
+    """The store's key of one variant's search of one row."""
+    return dict(row, kind="ab", variant=name, fields=fields, time_limit=limit)
+
+
 def stored_rows(path: str | None) -> list[dict[str, Any]]:
     """The row keys of a --store file, each once, in their order there."""
     keys: list[dict[str, Any]] = []
@@ -72,7 +77,7 @@ def run_row(args: tuple[dict[str, Any], Sequence[Variant], float]) -> list[tuple
     for name, fields in variants:
         t0 = time.perf_counter()
         s = search(p, key["m"], memory=list(key["limit"]), time_limit=limit, budget=Budget(**fields))
-        out.append((dict(key, kind="ab", variant=name, fields=fields, time_limit=limit),
+        out.append((ab_key(key, name, fields, limit),
                     dict(makespan=s.makespan, base=str(s.meta.get("base")), bound=s.meta.get("lower_bound"),
                          seconds=time.perf_counter() - t0)))
     return out
@@ -83,7 +88,7 @@ def table(keys: Sequence[dict[str, Any]], variants: Sequence[Variant], store: Ca
     lines = ["| placement | p | m | costs | latency | memory | bound | " + " | ".join(names) + " |",
              "|" + "---|" * (7 + len(names))]
     for k in keys:
-        got = [store.get(dict(k, kind="ab", variant=n, fields=f, time_limit=limit)) for n, f in variants]
+        got = [store.get(ab_key(k, n, f, limit)) for n, f in variants]
         if any(g is None for g in got):
             continue
         bound = got[0]["bound"]
@@ -100,8 +105,8 @@ def summary(keys: Sequence[dict[str, Any]], variants: Sequence[Variant], store: 
     for name, fields in variants[1:]:
         ratios = []
         for k in keys:
-            a = store.get(dict(k, kind="ab", variant=first[0], fields=first[1], time_limit=limit))
-            b = store.get(dict(k, kind="ab", variant=name, fields=fields, time_limit=limit))
+            a = store.get(ab_key(k, *first, limit))
+            b = store.get(ab_key(k, name, fields, limit))
             if a and b:
                 ratios.append(b["makespan"] / a["makespan"])
         if ratios:
@@ -134,8 +139,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         variants.append((name, fields))
     store = Cache(args.store)
     keys = stored_rows(args.store) if args.render else open_rows(args.rows, args.far, args.sample, args.seed)
-    todo = [k for k in keys if any(store.get(dict(k, kind="ab", variant=n, fields=f, time_limit=args.time_limit)) is None
-                                   for n, f in variants)]
+    todo = [] if args.render else [k for k in keys if any(store.get(ab_key(k, n, f, args.time_limit)) is None
+                                                          for n, f in variants)]
     t0 = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     with multiprocessing.Pool(args.jobs) as pool:
         for results in pool.imap_unordered(run_row, [(k, variants, args.time_limit) for k in todo]):

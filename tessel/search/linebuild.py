@@ -61,11 +61,13 @@ def line_construction(p: Placement, n: int, limit: Sequence[Number] | None,
         if orders is None or (frozen := tuple(map(tuple, orders))) in seen:
             continue
         seen.add(frozen)
+        early = [[x for x in o if x[0] not in late] for o in orders]  # the W walk places the rest
         for reorder, slack in TIMINGS:
-            starts = fill_weights(p, [[x for x in o if x[0] not in late] for o in orders], c.weight, limit,
-                                  reorder=reorder, slack=slack)
-            length = span(p, starts) if starts is not None else math.inf
-            if starts is not None and (best is None or length < best[0] - EPS):
+            starts = fill_weights(p, early, c.weight, limit, reorder=reorder, slack=slack)
+            if starts is None:
+                continue
+            length = span(p, starts)
+            if best is None or length < best[0] - EPS:
                 best = length, starts
     log.info("line construction: %s", None if best is None else best[0])
     return None if best is None else best[1]
