@@ -121,9 +121,10 @@ def ramp_profile(on: Sequence[Block], rows: Mapping[str, Sequence[float] | Vec],
     done = _asap(rel, d, at, last)
     fits = _asap(np.where(plain, rel, -np.inf), np.where(plain, d, 0.0), at, last)
     budget = np.full(len(at), float(limit))
+    dust = 1e-9 * max(1.0, float(d.sum()))  # a release ending at R in reals may sum an ulp past it
     for r, x in free.items():
         if r in dur:
-            budget += x * np.searchsorted(np.asarray(rows[r], dtype=np.float64) + dur[r], at, side="right")
+            budget += x * np.searchsorted(np.asarray(rows[r], dtype=np.float64) + dur[r], at + dust, side="right")
     for a in sorted((a for a in alloc if a in dur), key=lambda a: (-dur[a] / alloc[a] if alloc[a] > 0 else -math.inf, a)):
         count = np.searchsorted(np.asarray(rows[a], dtype=np.float64), at, side="left").astype(np.float64)
         take = count if alloc[a] <= 0 else np.minimum(count, np.maximum(budget, 0.0) / alloc[a])
@@ -146,9 +147,12 @@ def two_ended_ramp(start: tuple[Vec, Vec, float], end: tuple[Vec, Vec, float]) -
     (at, cap, total), (at2, cap2, _) = start, end
     if not len(at) or not len(at2):
         return 0.0
-    # per R, the best R' among those whose cap' < W - cap(R): cap' rises with R', so a prefix
+    # per R, the best R' among those whose cap' < W - cap(R): cap' rises with R', so a prefix.
+    # Strictly less by more than float dust: where the caps together hold exactly W (a serial
+    # device, one micro-batch in flight), the windows may overlap and the argument gives nothing
     gain = np.maximum.accumulate(at2 - cap2)
-    fit = np.searchsorted(cap2, total - cap, side="left")  # first index with cap' >= W - cap
+    dust = 1e-9 * max(1.0, total)
+    fit = np.searchsorted(cap2, total - cap - dust, side="left")  # first index with cap' >= W - cap
     ok = fit > 0
     if not ok.any():
         return 0.0

@@ -248,3 +248,25 @@ def test_the_ramp_at_both_ends_and_the_release_floors_are_below_the_exact_optimu
         ends += plain > before + 1e-9
         floors += new > plain + 1e-9
     assert proven >= 50 and ends >= 5 and floors >= 15, (proven, ends, floors)
+
+
+def test_the_ramp_at_both_ends_claims_nothing_where_its_two_windows_hold_the_work_exactly(tmp_path: Path) -> None:
+    # a 3-device chain, fractional costs, one micro-batch in flight per device (limit 3.375, 2.25
+    # each): each device runs its micro-batches one after another, 8 x the round trip 15.101 =
+    # 120.808. Its start and end windows hold exactly the work, summed in floats one ulp short, and
+    # the ramp at both ends claimed 128.737 (held-out random family, seed 2)
+    f = (3.848, 3.807, 1.805)
+    b = (3.324, 1.137, 1.18)
+    blocks = [Block(f"f{d}", "forward", f[d], 2.25, (d,)) for d in range(3)]
+    blocks += [Block(f"b{d}", "backward", b[d], -2.25, (d,), grad_of=f"f{d}") for d in (2, 1, 0)]
+    p = make_placement("serial", 3, blocks, [("f0", "f1"), ("f1", "f2"), ("f2", "b2"), ("b2", "b1"), ("b1", "b0")])
+    limit = (3.375, 3.375, 3.375)
+    memory = make_problem(p, limit).real_holds()
+    serial = 8 * (sum(f) + sum(b))
+    assert bounds.device_lower_bound(p, 8, memory) == pytest.approx(serial)
+    s = search(p, 8, limit, time_limit=5)
+    path = tmp_path / "serial.json"
+    s.save(path)
+    checker_verdict(path)
+    assert s.errors() == [] and s.makespan == pytest.approx(serial)
+    assert float(s.meta["lower_bound"]) <= s.makespan + 1e-9
