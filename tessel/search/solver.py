@@ -156,6 +156,13 @@ class Model:
             self.cp.add(v <= e)
         return v
 
+    def earliest_at(self, starts: Sequence[Expr], value: int) -> None:
+        """The least of `starts` equals value (a single start is fixed there)."""
+        if len(starts) == 1:
+            self.cp.add(starts[0] == value)
+        elif starts:
+            self.cp.add_min_equality(value, list(starts))
+
     def _count(self) -> int:
         self._serial += 1
         return self._serial
