@@ -121,10 +121,10 @@ def ramp_profile(on: Sequence[Block], rows: Mapping[str, Sequence[float] | Vec],
     done = _asap(rel, d, at, last)
     fits = _asap(np.where(plain, rel, -np.inf), np.where(plain, d, 0.0), at, last)
     budget = np.full(len(at), float(limit))
-    dust = 1e-9 * max(1.0, float(d.sum()))  # a release ending at R in reals may sum an ulp past it
-    for r, x in free.items():
+    for r, x in free.items():  # a release ending at R in reals may sum an ulp past it
         if r in dur:
-            budget += x * np.searchsorted(np.asarray(rows[r], dtype=np.float64) + dur[r], at + dust, side="right")
+            budget += x * np.searchsorted(np.asarray(rows[r], dtype=np.float64) + dur[r], at + _dust(float(d.sum())),
+                                          side="right")
     for a in sorted((a for a in alloc if a in dur), key=lambda a: (-dur[a] / alloc[a] if alloc[a] > 0 else -math.inf, a)):
         count = np.searchsorted(np.asarray(rows[a], dtype=np.float64), at, side="left").astype(np.float64)
         take = count if alloc[a] <= 0 else np.minimum(count, np.maximum(budget, 0.0) / alloc[a])
@@ -134,6 +134,11 @@ def ramp_profile(on: Sequence[Block], rows: Mapping[str, Sequence[float] | Vec],
     # later R, so each cap is at most every later one (a running minimum from the end: rising)
     cap = np.minimum.accumulate(np.concatenate([[0.0], np.minimum(done, fits)])[::-1])[::-1]
     return np.concatenate([rel[:1], at]), cap, float(d.sum())
+
+
+def _dust(work: float) -> float:
+    """What float sums of a device's work may be off by: the ramp's comparisons give it away."""
+    return 1e-9 * max(1.0, work)
 
 
 def two_ended_ramp(start: tuple[Vec, Vec, float], end: tuple[Vec, Vec, float]) -> float:
@@ -151,8 +156,7 @@ def two_ended_ramp(start: tuple[Vec, Vec, float], end: tuple[Vec, Vec, float]) -
     # Strictly less by more than float dust: where the caps together hold exactly W (a serial
     # device, one micro-batch in flight), the windows may overlap and the argument gives nothing
     gain = np.maximum.accumulate(at2 - cap2)
-    dust = 1e-9 * max(1.0, total)
-    fit = np.searchsorted(cap2, total - cap - dust, side="left")  # first index with cap' >= W - cap
+    fit = np.searchsorted(cap2, total - cap - _dust(total), side="left")  # first index with cap' >= W - cap
     ok = fit > 0
     if not ok.any():
         return 0.0

@@ -90,9 +90,8 @@ def _anchor(m: Model, problem: Problem, copies: int) -> None:
     fit and its span, so without this the solver also searches every shift: zbv, 4 devices,
     profiled costs, V-Min's memory, period 2.98 is proven infeasible in 16 s where 30 s decided
     nothing, and xshape-6 (bench/search.py) finds its period's repetend in 0.2 s, not 0.75 s."""
-    has_pred = {b for _, b in problem.units.edges}
-    m.earliest_at([m.vars[PatternVar("s", b, j)] for b in problem.block_ids if b not in has_pred
-                   for j in range(copies)], 0)
+    preds = problem.units.preds
+    m.earliest_at([m.vars[PatternVar("s", b, j)] for b in problem.block_ids if not preds[b] for j in range(copies)], 0)
 
 
 def _held(m: Model, problem: Problem, copies: int) -> Any:
