@@ -113,6 +113,13 @@ def test_the_job_timeout_stops_a_hung_job() -> None:
     assert "finished" not in msg and "imed out" not in msg, msg  # neither the sleep nor the process-group timeout
 
 
+def test_a_job_that_finishes_past_its_timeout_failed() -> None:
+    """Ranks that finish before their first look at the abort note (every 0.1 s) still ran past the
+    wall clock: the job fails with the timeout, it does not return their results."""
+    msg = _failure(_sleeper, (0.0, None), Options(timeout=0.001, pg_timeout=SLEEP))
+    assert msg.startswith("the job ran past its timeout of 0.001 s"), msg
+
+
 def _crasher(ctx: Any) -> str:
     """Rank 1 dies outright (no note of its own) while rank 0 waits for its message."""
     if ctx.rank == 1:
@@ -146,3 +153,22 @@ def test_only_a_lost_connection_waits_for_a_note() -> None:
     assert peer_gone(RuntimeError(gloo)) and peer_gone(ConnectionResetError("x")) and peer_gone(BrokenPipeError())
     assert not peer_gone(RuntimeError("deliberate failure")) and not peer_gone(RuntimeError("Timed out after 2 s"))
     assert not peer_gone(TesselError("connection closed"))
+
+
+def test_an_instruction_cut_off_by_a_peer_waits_for_the_peer_s_note() -> None:
+    """The executor names the instruction that failed (an ExecutionError around gloo's error): a
+    peer's exit is still a consequence, so the rank waits for the peer's reason instead of racing it
+    to the abort note with its own (a forged store value on rank 0 was once reported as rank 1's
+    connection reset)."""
+    from tessel.errors import ExecutionError
+    from tessel.runtime.launch import peer_gone
+
+    def wrapped(cause: Exception) -> ExecutionError:
+        try:
+            raise ExecutionError(f"rank 1: shape pass, instruction 1 (forward f1#0) failed: {cause}") from cause
+        except ExecutionError as e:
+            return e
+    gloo = "[gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:2980: Connection reset by peer."
+    assert peer_gone(wrapped(RuntimeError(gloo))) and peer_gone(wrapped(ConnectionResetError("x")))
+    assert not peer_gone(wrapped(RuntimeError("deliberate failure")))
+    assert not peer_gone(wrapped(ExecutionError("step ended with state left over")))

@@ -37,8 +37,8 @@ from typing import Any
 import torch
 from torch._C._distributed_c10d import PrefixStore, TCPStore
 
+from ..errors import ExecutionError, TesselError
 from ..errors import LaunchError as LaunchError
-from ..errors import TesselError
 from . import comm, forkserver, wire
 from .signed import SignedStore
 
@@ -220,7 +220,11 @@ def _rank(p: Any) -> int:
 
 
 def _collect(procs: list[Any], store: comm.Context, inbox: _Inbox) -> list[Any]:
-    if all(p.exitcode == 0 for p in procs):
+    abort = store.aborted()
+    origin, _, message = (abort or "").partition("|")
+    # a job the launcher stopped (its timeout passed) failed, though every rank may have finished
+    # before it saw the note: a time limit is a wall clock, not a hint the ranks may miss
+    if all(p.exitcode == 0 for p in procs) and origin != "launcher":
         missing = [r for r in range(len(procs)) if r not in inbox.results]
         if missing:
             raise LaunchError(f"ranks {missing} finished without sending a result (see their messages above; run again)")
@@ -237,9 +241,7 @@ def _collect(procs: list[Any], store: comm.Context, inbox: _Inbox) -> list[Any]:
     # the pipe); the launcher's (a timeout, an exit code) only when no rank gave one
     first = next((e for e in inbox.errors if not _says_peer_gone(e)), inbox.errors[0]) if inbox.errors else None
     if first is None:
-        abort = store.aborted()
-        origin, _, message = (abort or "").partition("|")
-        first = message if abort and origin == "launcher" else next(
+        first = message if origin == "launcher" else next(
             (_exit_note(p) for p in procs if p.exitcode), notes[0])
     raise LaunchError("\n".join([first] + [f"  {n}" for n in notes]))
 
@@ -282,7 +284,10 @@ def _awaited_note(ctx: comm.Context, e: BaseException) -> str:
 
 
 def peer_gone(e: BaseException) -> bool:
-    """Whether `e` says the other end of a connection went away (its cause is elsewhere)."""
+    """Whether `e` says the other end of a connection went away (its cause is elsewhere); an
+    instruction's failure is judged by the error it wraps (gloo's, when a peer's exit cut it off)."""
+    while isinstance(e, ExecutionError) and e.__cause__ is not None:
+        e = e.__cause__
     if isinstance(e, TesselError):
         return False
     return isinstance(e, ConnectionError) or _says_peer_gone(str(e))
