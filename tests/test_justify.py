@@ -82,6 +82,24 @@ def test_fast_at_32_devices_is_within_ten_percent_of_the_bound(tmp_path: Path) -
     assert s.meta["base"] == "justified" and max(s.peak_memory) <= 64
 
 
+def test_tessel_offers_its_starting_construction_justified_at_any_n(tmp_path: Path) -> None:
+    # mode tessel justified only its own repetend's unroll, and only at few micro-batches: on
+    # interleaved at 32 devices, N = 128, it stopped at 1245 where fast, from the construction, gives 1232
+    from tessel.search.budget import Clock
+    from tessel.search.passes.justify import construction
+    from tessel.search.state import State
+    pl, n = library.build("interleaved", devices=32), 128
+    p = make_problem(pl, 64, n)
+    state = State(p, n, Clock(60.0), 1, None, Budget(), "makespan")
+    state.start = starting_repetend(p)
+    construction(state, Clock(60.0))
+    assert state.best is not None
+    best = checked(state.best, tmp_path)
+    assert best.meta["base"] == "justified" and max(best.peak_memory) <= 64
+    assert best.makespan < p.real(makespan(p, unrolled(p, n)))  # the walks packed the ramps
+    assert best.makespan <= 1.10 * bounds.lower_bound(pl, n)
+
+
 def test_the_rounds_come_from_the_limit_not_the_clock() -> None:
     # a budget whose share of the limit allows no round leaves the repetend's completion as it was
     p = library.build("zb", devices=8)

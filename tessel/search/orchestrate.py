@@ -8,7 +8,8 @@ the applicable baselines; every later pass only replaces it by a better one.
 tessel: the period search brackets between that repetend's period and the bound, from a repetend
         read off a list schedule when that one is better (passes/start.listed; periods left
         undecided are tried again with more work on the clock it left), then completion, and the
-        completed schedule and (few micro-batches) the plain unroll justified as fast's is; a
+        completed schedule and (few micro-batches) the plain unroll justified as fast's is, and
+        while still above the bound the starting construction's unroll justified (fast's seed); a
         construction at the period found completed too when a quick completion prefers it
         (passes/shapes.py: the least span misleads on interleaved placements with latency), and
         on looped placements a repetend of p micro-batches run in chunk rounds, unrolled before
@@ -46,7 +47,7 @@ from . import relax
 from .budget import DEFAULT_LIMIT, MODES, OBJECTIVES, Budget, Clock
 from .passes.complete import completion, deepest_repetend
 from .passes.final import final, summary
-from .passes.justify import completion_after, justification, justify_both, unrolled
+from .passes.justify import completion_after, construction, justification, justify_both, unrolled
 from .passes.orders import orders
 from .passes.period import period_search, polish, retry
 from .passes.race import cheap, late, racing
@@ -117,6 +118,7 @@ TESSEL = (
     Pass("repetend", period_search, lambda b: b.repetend_share),
     Pass("repetend", retry, lambda b: b.retry_share),  # the periods left undecided, more work each
     *COMPLETION[:3],
+    Pass("justify", construction, rivals=True, settle=True),  # the construction's unroll justified, as fast's
     Pass("shapes", shapes, rivals=True, settle=True),  # a construction at the period found, when it completes shorter
     Pass("grouped", grouped_completion, rivals=True, settle=True),  # ... completed, when close to the best
 )

@@ -70,6 +70,24 @@ def unrolled(state: State, clock: Clock) -> None:
         log.warning("justified schedule refused: %s", e)
 
 
+def construction(state: State, clock: Clock) -> None:
+    """Mode tessel, when its answer is still more than Budget.settle above the bound: the
+    starting construction's unroll justified, mode fast's seed, offered. At any N (the repetend's
+    own unroll is a seed only at few micro-batches): interleaved at 32 devices, N = 128, memory
+    64, tessel stopped at 1245 where fast, from the construction, reaches 1232."""
+    p, n, start = state.problem, state.micro_batches, state.start
+    if start is None or start is state.modulo or not state.affords(state.budget.own_builds):
+        return
+    new = justified(p, n, compact(p, n, plain_unroll(start, n)), state.grid_bound(n),
+                    state.budget.justify_rounds(state.clock.limit, n * len(p.block_ids)))
+    if new is None:
+        return
+    try:
+        state.offer(_with_kernel(p, n, new, start))
+    except ScheduleError as e:  # as in justification
+        log.warning("justified schedule refused: %s", e)
+
+
 def justify_both(state: State, clock: Clock) -> None:
     """Mode tessel: the completed schedule justified (`justification`), then the seeds offered
     (the justified unroll: `unrolled`); those that lose stay seeds of the order polish. Not when
