@@ -121,10 +121,10 @@ def ramp_profile(on: Sequence[Block], rows: Mapping[str, Sequence[float] | Vec],
     done = _asap(rel, d, at, last)
     fits = _asap(np.where(plain, rel, -np.inf), np.where(plain, d, 0.0), at, last)
     budget = np.full(len(at), float(limit))
-    for r, x in free.items():  # a release ending at R in reals may sum an ulp past it
+    dusty = at + _dust(float(d.sum()))  # a release ending at R in reals may sum an ulp past it
+    for r, x in free.items():
         if r in dur:
-            budget += x * np.searchsorted(np.asarray(rows[r], dtype=np.float64) + dur[r], at + _dust(float(d.sum())),
-                                          side="right")
+            budget += x * np.searchsorted(np.asarray(rows[r], dtype=np.float64) + dur[r], dusty, side="right")
     for a in sorted((a for a in alloc if a in dur), key=lambda a: (-dur[a] / alloc[a] if alloc[a] > 0 else -math.inf, a)):
         count = np.searchsorted(np.asarray(rows[a], dtype=np.float64), at, side="left").astype(np.float64)
         take = count if alloc[a] <= 0 else np.minimum(count, np.maximum(budget, 0.0) / alloc[a])

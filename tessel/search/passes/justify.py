@@ -12,7 +12,7 @@ from ...key import Key
 from ...schedule import Schedule, ScheduleError
 from ..budget import Clock
 from ..completion import compact, makespan, plain_unroll
-from ..justify import justified
+from ..justify import JUSTIFY_ROUNDS, justified
 from ..modulo import Modulo
 from ..problem import Problem
 from ..state import State
@@ -61,13 +61,9 @@ def unrolled(state: State, clock: Clock) -> None:
     if mod is None or sizes(p, mod, n)[1] != n or state.budget.justify_rounds(state.clock.limit, n * len(p.block_ids)) < 1 \
             or not state.affords(state.budget.own_builds):  # a walk, a kernel check, the schedule: as a completion
         return
-    new = justified(p, n, compact(p, n, plain_unroll(mod, n)), state.grid_bound(n))
-    if new is None:
-        return
-    try:
-        state.seeds.append(_with_kernel(p, n, new, mod))
-    except ScheduleError as e:  # as in justification
-        log.warning("justified schedule refused: %s", e)
+    seed = _justified_unroll(state, mod)
+    if seed is not None:
+        state.seeds.append(seed)
 
 
 def construction(state: State, clock: Clock) -> None:
@@ -78,14 +74,21 @@ def construction(state: State, clock: Clock) -> None:
     p, n, start = state.problem, state.micro_batches, state.start
     if start is None or start is state.modulo or not state.affords(state.budget.own_builds):
         return
-    new = justified(p, n, compact(p, n, plain_unroll(start, n)), state.grid_bound(n),
-                    state.budget.justify_rounds(state.clock.limit, n * len(p.block_ids)))
+    state.offer(_justified_unroll(state, start, state.budget.justify_rounds(state.clock.limit, n * len(p.block_ids))))
+
+
+def _justified_unroll(state: State, mod: Modulo, rounds: int = JUSTIFY_ROUNDS) -> Schedule | None:
+    """`mod`'s plain unroll, compacted and justified, as a schedule; None when the walks find
+    nothing shorter (or refuse it)."""
+    p, n = state.problem, state.micro_batches
+    new = justified(p, n, compact(p, n, plain_unroll(mod, n)), state.grid_bound(n), rounds)
     if new is None:
-        return
+        return None
     try:
-        state.offer(_with_kernel(p, n, new, start))
+        return _with_kernel(p, n, new, mod)
     except ScheduleError as e:  # as in justification
         log.warning("justified schedule refused: %s", e)
+        return None
 
 
 def justify_both(state: State, clock: Clock) -> None:
