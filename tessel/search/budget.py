@@ -138,6 +138,7 @@ class Budget:
     cuts_cap: float = 30.0  # ... seconds at most (zbv, 8 devices, 24 micro-batches, V-Min's memory: 18 s to the optimum)
     cuts_work: float = 1.0  # ... and its work: this many deterministic seconds per second kept (about one idle
     # core's: it ends on its work, not the clock, and gives the same schedule every run on a quiet machine)
+    probe_share: float = 0.5  # ... of its clock and work first for probes from the proven bound up (relax.probe_starts)
     exact_hint_share: float = 0.3  # exact: the tessel schedule that hints the whole-problem solve
     model_per_task: float = 4e-5  # seconds building a whole-problem model takes per task (30-60 us measured
     # on 2 shared cores): mode exact builds none the clock left cannot hold (131k tasks: 7 s before any solve)

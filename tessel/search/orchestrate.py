@@ -20,7 +20,10 @@ tessel: the period search brackets between that repetend's period and the bound,
         Up to relax.GROUP_TASKS tasks, a schedule still more than Budget.settle above the bound
         then gets Budget.cuts_reserve of the clock (half of what the race and the start leave,
         30 s at most) for the whole problem with the relaxation's cuts, after the baseline
-        completed like ours (passes/whole.cuts: tight memory, where warm-up and cool-down decide).
+        completed like ours (passes/whole.cuts: tight memory, where warm-up and cool-down decide):
+        half of it probes horizons from the proven bound up (relax.probe_starts; up to
+        relax.PROBE_TASKS tasks, on what the passes left), where a refuted horizon raises the
+        bound and a schedule at the bound ends the search.
 fast:   constructed repetend, the solver only polishes its span (stops when it stalls), the whole
         schedule justified backward and forward by list scheduling (justify.py), completion.
 exact:  the tessel schedule as a hint, then the whole N-micro-batch problem in one solve.
@@ -128,7 +131,7 @@ TESSEL = (
 # near the bound skips it
 TESSEL_END = (
     COMPLETION[3], COMPLETION[5],  # the race when late, the best baseline completed like our own
-    Pass("cuts", cuts, rivals=True, settle=True),  # up to relax.GROUP_TASKS tasks: the whole problem with cuts
+    Pass("cuts", cuts, rivals=True, settle=True),  # the whole problem with cuts: probed up to relax.PROBE_TASKS tasks
     COMPLETION[4], COMPLETION[6],  # the deepest repetend, the whole problem's quick solve
     Pass("vmem_seed", vmem_seed),  # the v-mem seed, if nothing offered it yet
 )

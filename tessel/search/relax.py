@@ -37,8 +37,12 @@ and micro-batch order as cuts (still a relaxation: the grid rounds down); V-Min'
 with 4 devices, 8 micro-batches, profiled costs: one device proves 26.968, every device at once
 27.936, the exact optimum being 27.976.
 
-The same model of every device, hinted by a valid schedule, is a search pass too (cut_starts,
-passes/whole.cuts): where the grid is exact its schedules are valid ones' orders, and the cuts
+The same model of every device is a search pass too (passes/whole.cuts). First probed at
+horizons from the proven bound up (probe_starts): below the optimum propagation often refutes a
+horizon at once, which proves a higher bound; at the optimum a tight horizon leads CP-SAT to it
+(interleaved-zb, 16 devices, 32 micro-batches, unit costs, latency 0.5, torch's
+ScheduleInterleavedZeroBubble's memory: 141.5, the bound, where the search's passes stop at
+154). Then hinted by a valid schedule (cut_starts): where the grid is exact its schedules are valid ones' orders, and the cuts
 steer CP-SAT to the short ones (zbv, 8 devices, unit costs, latency 0.5, V-Min's memory: the
 optimum 133.5 at 24 micro-batches in about 18 s, from the search's 143.5).
 
@@ -51,6 +55,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from fractions import Fraction
 
 from .. import bounds
@@ -60,7 +65,7 @@ from ..placement import Number, Placement
 from .budget import Clock
 from .exact import fifo_blocks
 from .problem import Problem
-from .solver import Expr, Model
+from .solver import Expr, Model, work_done
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +73,10 @@ RELAX_TASKS = 300  # most tasks of one device the relaxation models
 RELAX_WORK = 0.5  # deterministic seconds of CP-SAT's work per solve
 RELAX_PROBES = 4  # solves per device, each below a lower horizon
 RELAX_UNITS = 20_000  # most time steps below the horizon
+PROBE_TASKS = 3200  # most tasks probe_starts models (interleaved-zb, 16 devices, 32 micro-batches: 3,072)
+PROBE_COUNT = 8  # probes of probe_starts at most
+PROBE_WORK = 1.0  # deterministic seconds the probe at the bound may take at most ...
+PROBE_CLIMB = 0.25  # ... and this share of it each probe above
 GROUP_TASKS = 1600  # most tasks the relaxation of every device at once models (zbv, 8 devices, 32 micro-batches: 1,536)
 GROUP_WORK = 5.0  # deterministic seconds of CP-SAT's work per solve of a group
 GROUP_PROBES = 6  # solves per group
@@ -324,6 +333,62 @@ def _delays(p: Placement, kept: Sequence[str], prune: bool = True) -> dict[tuple
             if not prune or not any(b in dist[z] and row[z] + dist[z][b] >= g - EPS for z in row if z != b)}
 
 
+@dataclass(frozen=True)
+class Probed:
+    """What probe_starts found: the shortest schedule of the relaxation (grid units, None if
+    none) and its makespan there, and the bound its probes proved (real time)."""
+    starts: dict[Key, int] | None
+    makespan: int | None
+    bound: Number
+
+
+def probe_starts(problem: Problem, n: int, hint: Mapping[Key, Number], floor: Number, clock: Clock,
+                 work: float, probes: int = PROBE_COUNT) -> Probed:
+    """Schedules of the relaxation of every device at once (cut_starts' model, hinted by a valid
+    schedule's real starts: its values lead CP-SAT's first dives, though they end past the
+    horizon) searched from the proven bound `floor` up to the hint's makespan: the first probe
+    asks for the bound itself, the next ones climb from the lowest horizon still open in steps
+    that double, and once a schedule is found go halfway between that horizon and it, until one
+    decides nothing. Below the optimum propagation alone often refutes a horizon at no
+    cost (the proven bound rises: an infeasible horizon is a proof, module doc); at a bound that
+    is the optimum the horizon steers CP-SAT straight to it, where a descent from a long hint
+    takes many times the work (interleaved-zb, 16 devices, 32 micro-batches, unit costs, latency
+    0.5, torch's ScheduleInterleavedZeroBubble's memory: 141.5, the bound, in 0.3 deterministic
+    s; the descent from the search's 154 needed 25). At most `work` deterministic seconds in all,
+    PROBE_WORK the probe at the bound and a PROBE_CLIMB share of it each one above, on one
+    worker, and the clock."""
+    p = problem.placement
+    t0, upper = _span(p, hint)
+    _, rows, fifo, res = _inputs(problem, n, upper)
+    lo, hi = _down(floor, res), _down(upper, res)
+    starts, found, left, step, first = None, None, work, 0, lo
+    for _ in range(probes):
+        if lo >= hi or left <= 0 or clock.expired():
+            break
+        h = min(lo + step, hi - 1) if found is None else (lo + hi) // 2
+        step = max(1, 2 * step)
+        built = _model(problem, res, n, tuple(range(p.devices)), rows, fifo, h, lo)
+        if built is None:  # a task alone cannot end by h
+            lo = h + 1
+            continue
+        built[0].hints({k: _down(v - t0, res) for k, v in hint.items()})
+        done = work_done()
+        # a probe above the bound gets a share of the work: where the optimum is far above the bound
+        # (V-Min's memory, profiled costs: 5-13%) the one that decides nothing takes the descent's time
+        cap = PROBE_WORK if h == first else PROBE_WORK * PROBE_CLIMB
+        out = built[0].solve(clock, 1, phase=f"probe below {h}", work=min(left, cap), presolve=False,
+                             probing=False, lp=False)
+        left -= work_done() - done
+        if out.status == "infeasible":
+            lo = h + 1
+        elif out.found and out.objective is not None:
+            hi, starts, found = out.objective, out.starts(), out.objective
+        else:  # undecided: the horizons above are the descent's (cut_starts) to work on
+            lo = max(lo, out.bound or lo)
+            break
+    return Probed(starts, found, max(floor, snap(lo * res)))
+
+
 def cut_starts(problem: Problem, n: int, hint: Mapping[Key, Number], floor: Number, clock: Clock,
                workers: int | None, work: float) -> dict[Key, int] | None:
     """A schedule of the relaxation of every device at once (the whole problem with the
@@ -335,8 +400,7 @@ def cut_starts(problem: Problem, n: int, hint: Mapping[Key, Number], floor: Numb
     p = problem.placement
     if tasks(p, n) > GROUP_TASKS:
         return None
-    t0 = min(hint.values())
-    upper = max(t - t0 + p.by_id[b].duration for (b, _), t in hint.items())
+    t0, upper = _span(p, hint)
     _, rows, fifo, res = _inputs(problem, n, upper)
     built = _model(problem, res, n, tuple(range(p.devices)), rows, fifo, _down(upper, res), _down(floor, res))
     if built is None:
@@ -345,3 +409,9 @@ def cut_starts(problem: Problem, n: int, hint: Mapping[Key, Number], floor: Numb
     m.hints({k: _down(v - t0, res) for k, v in hint.items()})
     out = m.solve(clock, workers, phase="relaxation of every device", work=work, probing=False)
     return out.starts() if out.found else None
+
+
+def _span(p: Placement, starts: Mapping[Key, Number]) -> tuple[Number, Number]:
+    """A schedule's first start and its makespan from there."""
+    t0 = min(starts.values())
+    return t0, max(t - t0 + p.by_id[b].duration for (b, _), t in starts.items())

@@ -218,7 +218,7 @@ class Model:
     def solve(self, clock: Clock | None, workers: int | None = None, progress: Progress | None = None,
               phase: str = "solve", report: Callable[[int], dict[str, Any]] | None = None,
               stall: Stall | None = None, prove: bool = False, work: float | None = None,
-              presolve: bool = True, probing: bool = True) -> SolveResult:
+              presolve: bool = True, probing: bool = True, lp: bool = True) -> SolveResult:
         """Solve within what `clock` has left (None: no limit), or stop once a `stall` passes
         without a better solution; progress gets {phase, objective, elapsed,
         ...report(objective)} per solution. `prove` favours closing the bound (the full LP
@@ -226,7 +226,9 @@ class Model:
         `presolve=False` skips CP-SAT's presolve (it expands a reservoir into an ordering per
         pair of events and can spend a whole small budget doing it); `probing=False` keeps the
         presolve but skips its probing (on the whole zbv problem with every reservoir, 8 devices,
-        24 micro-batches: 15 s of probing before the hint's first solution, 1.6 s without)."""
+        24 micro-batches: 15 s of probing before the hint's first solution, 1.6 s without);
+        `lp=False` leaves out the linear relaxation (a probe of the whole problem at a tight
+        horizon, relax.probe_starts: propagation finds or refutes it in half the wall time)."""
         self._finish()
         t0 = time.perf_counter()
         solver = _solver(None if clock is None else clock.left(), workers, prove)
@@ -235,6 +237,8 @@ class Model:
         solver.parameters.cp_model_presolve = presolve
         if not probing:
             solver.parameters.cp_model_probing_level = 0
+        if not lp:
+            solver.parameters.linearization_level = 0
         deterministic_stall = stall is not None and solver.parameters.num_workers == 1
         if stall is not None and deterministic_stall:
             # a budget of work instead of a wall-clock stall: the same on a loaded machine

@@ -98,6 +98,11 @@ class State:
         if x > bound[0] + EPS:
             self._bound = (x, "relaxation")
 
+    def prove(self, bound: Number, source: str) -> None:
+        """A lower bound of the makespan proven on the way (a relaxation's refuted horizons)."""
+        if self.objective == "makespan" and bound > self.lower_bound()[0] + EPS:
+            self._bound = (bound, source)
+
     def bound_at(self, micro_batches: int) -> tuple[Number, str]:
         """The arguments' bound (not the solver's) for that many micro-batches."""
         p = self.problem

@@ -8,6 +8,7 @@ import logging
 from collections.abc import Callable
 
 from ...errors import ScheduleError
+from ...key import Key
 from ...numeric import EPS
 from ...timing import earliest_starts, orders_from_starts, orders_of, schedule_from_orders
 from .. import relax
@@ -48,35 +49,64 @@ def whole(state: State, clock: Clock) -> None:
 
 
 def cuts(state: State, clock: Clock) -> None:
-    """The whole problem with the releases, tails and micro-batch order as cuts
-    (relax.cut_starts), hinted by the best schedule with each block taking its micro-batches in
-    order; the orders it finds replayed on the real durations. Under tight memory the period
-    search's steady state and its completion leave the warm-up and cool-down to a few solves
-    of their own, while this model sees every micro-batch at once: zbv, 8 devices, V-Min's
-    memory, unit costs, latency 0.5: 143.5 -> 133.5 (the optimum) at 24 micro-batches, in
-    about 18 s of one worker. Its work is set by the search's limit, not by the time left (the
-    same schedule on a loaded machine, unless the clock cuts the solve)."""
+    """The whole problem with the releases, tails and micro-batch order as cuts: first probed
+    from the proven bound up (relax.probe_starts, up to relax.PROBE_TASKS tasks, Budget.probe_share
+    of the clock), then, up to relax.GROUP_TASKS tasks, one solve hinted by the best schedule with
+    each block taking its micro-batches in order (relax.cut_starts); the orders either finds are
+    replayed on the real durations. Under tight memory the period search's steady state and its
+    completion leave the warm-up and cool-down to a few solves of their own, while this model sees
+    every micro-batch at once: zbv, 8 devices, V-Min's memory, unit costs, latency 0.5: 143.5 ->
+    133.5 (the optimum) at 24 micro-batches. The descent's work is set by the search's limit, not
+    by the time left (the same schedule on a loaded machine, unless the clock cuts the solve)."""
     p, n, best = state.problem, state.micro_batches, state.best
-    if best is None or state.objective != "makespan" or clock.expired() \
-            or relax.tasks(p.placement, n) > relax.GROUP_TASKS or not state.affords(state.budget.own_builds):
+    tasks = relax.tasks(p.placement, n)
+    if best is None or state.objective != "makespan" or clock.expired() or tasks > relax.PROBE_TASKS \
+            or not state.affords(state.budget.own_builds):
         return
     b = state.budget
     # its work: the reserve of a clock as long as the search's, at least Budget.cuts_least (a short
     # search's cuts run on what the passes before left), not the time left: the same every run
     work = b.cuts_work * max(b.cuts_reserve(state.clock.limit), b.cuts_least)
+    _probe(state, clock.share(b.probe_share), work * b.probe_share)
+    if tasks > relax.GROUP_TASKS or state.at_bound(True) or clock.expired():
+        return
     try:  # a deadlock (DeadlockError) or, the relaxation counting a device's events at one time together, rule 4
-        hint = earliest_starts(p.placement, n, in_order(orders_of(best)))
-        found = relax.cut_starts(p, n, hint, state.lower_bound()[0], clock, state.workers, work)
+        hint = earliest_starts(p.placement, n, in_order(orders_of(state.best or best)))
+        found = relax.cut_starts(p, n, hint, state.lower_bound()[0], clock, state.workers, work * (1 - b.probe_share))
         state.statuses["cuts"] = "none" if found is None else "found"
-        if found is None:
-            return
-        s = schedule_from_orders(p.placement, n, orders_from_starts(p.placement, found), p.real_limit(), None,
-                                 {"base": "cuts"})
+        if found is not None:
+            _replayed(state, found, "cuts")
     except ScheduleError as e:
         log.info("cuts: no valid schedule from the relaxation's orders: %s", e)
+
+
+def _probe(state: State, clock: Clock, work: float) -> None:
+    """relax.probe_starts from the search's proven bound to its best: a schedule it finds is
+    replayed and offered, the bound its refuted horizons prove is the search's."""
+    p, n, best = state.problem, state.micro_batches, state.best
+    if best is None:
         return
-    if state.value(s) < state.value(best) - EPS:
-        state.best = s
+    try:  # a deadlock (DeadlockError): no hint, no probe
+        hint = earliest_starts(p.placement, n, in_order(orders_of(best)))
+    except ScheduleError as e:
+        log.info("probe: no hint from the best schedule's orders: %s", e)
+        return
+    out = relax.probe_starts(p, n, hint, state.lower_bound()[0], clock, work)
+    state.prove(out.bound, "relaxation")
+    state.statuses["probe"] = "none" if out.starts is None else "found"
+    if out.starts is not None:
+        try:
+            _replayed(state, out.starts, "probe")
+        except ScheduleError as e:
+            log.info("probe: no valid schedule from the relaxation's orders: %s", e)
+
+
+def _replayed(state: State, starts: dict[Key, int], base: str) -> None:
+    """The relaxation's per-device orders replayed on the real durations, kept when shorter."""
+    p, n = state.problem, state.micro_batches
+    s = schedule_from_orders(p.placement, n, orders_from_starts(p.placement, starts), p.real_limit(), None,
+                             {"base": base})
+    state.offer(s)
 
 
 def hinted(passes: Callable[[State, Clock], None]) -> Callable[[State, Clock], None]:

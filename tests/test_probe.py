@@ -1,0 +1,95 @@
+"""Probes of the whole problem from the proven bound up (relax.probe_starts, the first half of
+passes/whole.cuts): where the bound is the optimum a probe at it finds a schedule there that the
+rules accept; a refuted horizon raises the bound, which stays below the exact optimum; and the
+search keeps what the probes find."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from shared_files import checker_verdict
+from test_bounds import _tiny_v
+from test_relax import _optimum
+
+from tessel import bounds, library
+from tessel.baselines import BASELINES, run_baseline
+from tessel.placement import Number, Placement
+from tessel.schedule import Schedule
+from tessel.search import Budget
+from tessel.search.budget import Clock
+from tessel.search.passes.whole import cuts
+from tessel.search.polish import in_order
+from tessel.search.problem import Problem, make_problem
+from tessel.search.relax import Probed, probe_starts
+from tessel.search.state import State
+from tessel.timing import earliest_starts, orders_from_starts, orders_of, schedule_from_orders
+
+
+def _probe(problem: Problem, n: int, hint: Schedule, floor: Number, work: float = 4.0) -> tuple[Probed, Schedule | None]:
+    """The probes from `floor` hinted by `hint`, and the schedule their orders replay to."""
+    p = problem.placement
+    out = probe_starts(problem, n, earliest_starts(p, n, in_order(orders_of(hint))), floor, Clock(120.0), work)
+    if out.starts is None:
+        return out, None
+    return out, schedule_from_orders(p, n, orders_from_starts(p, out.starts), problem.real_limit(), None, {})
+
+
+def _izb(devices: int) -> tuple[Placement, tuple[int, ...]]:
+    """interleaved-zb, unit costs (half a stage a chunk), latency 0.5, under the memory of torch's
+    ScheduleInterleavedZeroBubble (2p chunk activations a device: bench/results/peers-v-full.md)."""
+    return library.interleaved_zb(devices, forward=0.5, backward=0.5, weight=0.5, latency=0.5), (2 * devices,) * devices
+
+
+@pytest.mark.parametrize("devices,n,bound", [(4, 8, 33.5), (6, 12, 51.5)])
+def test_a_probe_at_the_bound_finds_the_optimum_the_hint_missed(tmp_path: Path, devices: int, n: int,
+                                                               bound: float) -> None:
+    p, memory = _izb(devices)
+    problem = make_problem(p, memory, n)
+    floor = bounds.device_lower_bound(p, n, problem.real_holds())
+    assert floor == bound
+    hint = run_baseline("interleaved-zb-h1", p, n, memory, repetend=False)  # 36 and 56: the bound is 7-9% below
+    assert hint.makespan > bound + 2
+    out, s = _probe(problem, n, hint, floor)
+    assert s is not None and out.makespan is not None
+    assert s.errors() == [] and all(a <= b for a, b in zip(s.peak_memory, memory))
+    assert s.makespan == bound and out.bound == bound
+    path = tmp_path / "probe.json"
+    s.with_meta(base="probe").save(path)
+    checker_verdict(path)
+
+
+@pytest.mark.slow
+def test_the_probes_bound_and_schedule_bracket_the_exact_optimum_on_random_v_placements() -> None:
+    # from a floor far below (half the optimum) the refuted horizons raise the bound; it never
+    # passes the optimum, and a schedule found is valid and never below it
+    checked, raised, found = 0, 0, 0
+    for seed in range(16):
+        p, n, memory = _tiny_v(seed)
+        got = _optimum(p, n, memory)
+        if got is None:
+            continue
+        problem, opt = got
+        hint = BASELINES["greedy"](p, n, memory)
+        out, s = _probe(problem, n, hint, opt / 2, work=2.0)
+        assert opt / 2 <= out.bound <= opt + 1e-9, (seed, opt, out.bound)
+        if s is not None:
+            assert s.errors() == [] and all(a <= b + 1e-9 for a, b in zip(s.peak_memory, memory))
+            assert s.makespan >= opt - 1e-9, (seed, opt, s.makespan)
+            found += 1
+        checked += 1
+        raised += out.bound > opt / 2 + 1e-9
+    assert checked >= 12 and raised >= checked - 1 and found >= checked // 2, (checked, raised, found)
+
+
+def test_the_search_keeps_the_probes_schedule_and_their_bound() -> None:
+    # the cuts pass on a state whose best is interleaved-zb-h1's: the probes' schedule replaces it,
+    # and the bound the state reports is the optimum they reached
+    p, memory = _izb(4)
+    n = 12
+    state = State(make_problem(p, memory, n), n, Clock(120.0), 1, None, Budget(race=False), "makespan")
+    state.best = run_baseline("interleaved-zb-h1", p, n, memory, repetend=False)
+    cuts(state, Clock(120.0))
+    s = state.best
+    assert s is not None and s.meta["base"] == "probe" and s.errors() == []
+    assert s.makespan == state.lower_bound()[0] == 45.5
+    assert state.statuses["probe"] == "found" and "cuts" not in state.statuses  # at the bound: no descent
