@@ -15,7 +15,7 @@ from tessel import bounds, library
 from tessel.baselines import BASELINES, run_baseline
 from tessel.placement import Number, Placement
 from tessel.schedule import Schedule
-from tessel.search import Budget
+from tessel.search import Budget, search
 from tessel.search.budget import Clock
 from tessel.search.passes.whole import cuts
 from tessel.search.polish import in_order
@@ -93,3 +93,15 @@ def test_the_search_keeps_the_probes_schedule_and_their_bound() -> None:
     assert s is not None and s.meta["base"] == "probe" and s.errors() == []
     assert s.makespan == state.lower_bound()[0] == 45.5
     assert state.statuses["probe"] == "found" and "cuts" not in state.statuses  # at the bound: no descent
+
+
+def test_a_default_search_reports_the_bound_its_probes_prove(monkeypatch: pytest.MonkeyPatch) -> None:
+    # tests/test_relax.py's V: without holds.release_floors the arguments prove 30; the probes refute
+    # every horizon below the schedule the search finds, so it is reported optimal by their bound
+    monkeypatch.setattr(bounds, "release_floors", lambda *_: {})
+    v = library.zbv(2, forward=1, backward=1, weight=1, latency=2)
+    problem = make_problem(v, 4, 4)
+    assert bounds.device_lower_bound(v, 4, problem.real_holds()) < 35
+    s = search(v, 4, 4, time_limit=20)
+    assert s.errors() == []
+    assert s.meta["bound_source"] == "probe" and s.meta["lower_bound"] == 35 == s.makespan

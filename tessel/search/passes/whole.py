@@ -92,7 +92,7 @@ def _probe(state: State, clock: Clock, work: float) -> None:
         log.info("probe: no hint from the best schedule's orders: %s", e)
         return
     out = relax.probe_starts(p, n, hint, state.lower_bound()[0], clock, work)
-    state.prove(out.bound, "relaxation")
+    state.prove(out.bound, "probe")
     state.statuses["probe"] = "none" if out.starts is None else "found"
     if out.starts is not None:
         try:
