@@ -22,6 +22,7 @@ class SearchReport:
     # device (one device at a time, latency and memory delays task by task, the device's work to give
     # memory back, holds.release_floors, and the work the memory lets start before each release and end
     # after each tail, holds.device_ramp: bounds.device_lower_bound), solver,
+    # probe (horizons of the whole problem refuted from the bound up: search.relax.probe_starts, the cuts pass),
     # relaxation (one device exactly, CP-SAT: search.relax; with Budget.prove only)
     gap: float  # objective / lower_bound - 1
     search_seconds: float
