@@ -10,6 +10,8 @@ from collections.abc import Callable
 from ...errors import ScheduleError
 from ...key import Key
 from ...numeric import EPS
+from ...placement import Number
+from ...schedule import Schedule
 from ...timing import earliest_starts, orders_from_starts, orders_of, schedule_from_orders
 from .. import relax
 from ..budget import Clock
@@ -67,46 +69,51 @@ def cuts(state: State, clock: Clock) -> None:
     # its work: the reserve of a clock as long as the search's, at least Budget.cuts_least (a short
     # search's cuts run on what the passes before left), not the time left: the same every run
     work = b.cuts_work * max(b.cuts_reserve(state.clock.limit), b.cuts_least)
-    _probe(state, clock.share(b.probe_share), work * b.probe_share)
+    hint = _hint(state, best)
+    if hint is None:
+        return
+    _probe(state, hint, clock.share(b.probe_share), work * b.probe_share)
     if tasks > relax.GROUP_TASKS or state.at_bound(True) or clock.expired():
         return
-    try:  # a deadlock (DeadlockError) or, the relaxation counting a device's events at one time together, rule 4
-        hint = earliest_starts(p.placement, n, in_order(orders_of(state.best or best)))
-        found = relax.cut_starts(p, n, hint, state.lower_bound()[0], clock, state.workers, work * (1 - b.probe_share))
-        state.statuses["cuts"] = "none" if found is None else "found"
-        if found is not None:
-            _replayed(state, found, "cuts")
-    except ScheduleError as e:
-        log.info("cuts: no valid schedule from the relaxation's orders: %s", e)
+    if state.best is not best and (hint := _hint(state, state.best)) is None:  # the probes' schedule leads the descent
+        return
+    found = relax.cut_starts(p, n, hint, state.lower_bound()[0], clock, state.workers, work * (1 - b.probe_share))
+    state.statuses["cuts"] = "none" if found is None else "found"
+    if found is not None:
+        _replayed(state, found, "cuts")
 
 
-def _probe(state: State, clock: Clock, work: float) -> None:
-    """relax.probe_starts from the search's proven bound to its best: a schedule it finds is
-    replayed and offered, the bound its refuted horizons prove is the search's."""
-    p, n, best = state.problem, state.micro_batches, state.best
-    if best is None:
-        return
-    try:  # a deadlock (DeadlockError): no hint, no probe
-        hint = earliest_starts(p.placement, n, in_order(orders_of(best)))
+def _hint(state: State, s: Schedule | None) -> dict[Key, Number] | None:
+    """`s`'s starts with each block taking its micro-batches in order (polish.in_order), timed
+    again: the relaxation's hint; None on a deadlock (DeadlockError)."""
+    if s is None:
+        return None
+    try:
+        return earliest_starts(state.problem.placement, state.micro_batches, in_order(orders_of(s)))
     except ScheduleError as e:
-        log.info("probe: no hint from the best schedule's orders: %s", e)
-        return
-    out = relax.probe_starts(p, n, hint, state.lower_bound()[0], clock, work)
+        log.info("cuts: no hint from the best schedule's orders: %s", e)
+        return None
+
+
+def _probe(state: State, hint: dict[Key, Number], clock: Clock, work: float) -> None:
+    """relax.probe_starts from the search's proven bound to the hint's makespan: a schedule it
+    finds is replayed and offered, the bound its refuted horizons prove is the search's."""
+    out = relax.probe_starts(state.problem, state.micro_batches, hint, state.lower_bound()[0], clock, work)
     state.prove(out.bound, "probe")
     state.statuses["probe"] = "none" if out.starts is None else "found"
     if out.starts is not None:
-        try:
-            _replayed(state, out.starts, "probe")
-        except ScheduleError as e:
-            log.info("probe: no valid schedule from the relaxation's orders: %s", e)
+        _replayed(state, out.starts, "probe")
 
 
 def _replayed(state: State, starts: dict[Key, int], base: str) -> None:
-    """The relaxation's per-device orders replayed on the real durations, kept when shorter."""
+    """The relaxation's per-device orders replayed on the real durations, kept when shorter (none
+    when they break rule 4: the relaxation counts a device's events at one time together)."""
     p, n = state.problem, state.micro_batches
-    s = schedule_from_orders(p.placement, n, orders_from_starts(p.placement, starts), p.real_limit(), None,
-                             {"base": base})
-    state.offer(s)
+    try:
+        state.offer(schedule_from_orders(p.placement, n, orders_from_starts(p.placement, starts), p.real_limit(),
+                                         None, {"base": base}))
+    except ScheduleError as e:
+        log.info("%s: no valid schedule from the relaxation's orders: %s", base, e)
 
 
 def hinted(passes: Callable[[State, Clock], None]) -> Callable[[State, Clock], None]:
