@@ -15,7 +15,7 @@ from tessel import bounds, library
 from tessel.baselines import BASELINES, run_baseline
 from tessel.placement import Number, Placement
 from tessel.schedule import Schedule
-from tessel.search import Budget, search
+from tessel.search import Budget, relax, search
 from tessel.search.budget import Clock
 from tessel.search.passes.whole import cuts
 from tessel.search.polish import in_order
@@ -105,3 +105,30 @@ def test_a_default_search_reports_the_bound_its_probes_prove(monkeypatch: pytest
     s = search(v, 4, 4, time_limit=20)
     assert s.errors() == []
     assert s.meta["bound_source"] == "probe" and s.meta["lower_bound"] == 35 == s.makespan
+
+
+def _relaxed_optimum(problem: Problem, n: int, upper: Number, expand: bool) -> int | None:
+    """The optimum (grid units) of the relaxation of every device at once, its reservoirs expanded or not."""
+    _, rows, fifo, res = relax._inputs(problem, n, upper)
+    built = relax._model(problem, res, n, tuple(range(problem.placement.devices)), rows, fifo, relax._down(upper, res), 0)
+    assert built is not None
+    out = built[0].solve(Clock(60.0), 1, presolve=False, probing=False, lp=False, expand=expand)
+    assert out.status == "optimal"
+    return out.objective
+
+
+def test_the_probes_unexpanded_reservoirs_keep_the_memory_limit() -> None:
+    """probe_starts keeps each reservoir one constraint (Model.solve's expand=False): the optimum
+    of its model is the expanded model's, and above the same model's without the limits wherever
+    memory binds (so the unexpanded reservoir is enforced, not dropped)."""
+    binding = 0
+    for seed in range(6):
+        p, n, memory = _tiny_v(seed)
+        upper = n * sum(b.duration * len(b.devices) for b in p.blocks) + 10 * p.latency
+        kept = make_problem(p, memory, n)
+        got = _relaxed_optimum(kept, n, upper, expand=False)
+        assert got == _relaxed_optimum(kept, n, upper, expand=True), seed
+        free = _relaxed_optimum(make_problem(p, None, n), n, upper, expand=False)
+        assert free is not None and got is not None and got >= free
+        binding += got > free
+    assert binding >= 1

@@ -218,7 +218,8 @@ class Model:
     def solve(self, clock: Clock | None, workers: int | None = None, progress: Progress | None = None,
               phase: str = "solve", report: Callable[[int], dict[str, Any]] | None = None,
               stall: Stall | None = None, prove: bool = False, work: float | None = None,
-              presolve: bool = True, probing: bool = True, lp: bool = True) -> SolveResult:
+              presolve: bool = True, probing: bool = True, lp: bool = True,
+              expand: bool = True) -> SolveResult:
         """Solve within what `clock` has left (None: no limit), or stop once a `stall` passes
         without a better solution; progress gets {phase, objective, elapsed,
         ...report(objective)} per solution. `prove` favours closing the bound (the full LP
@@ -228,7 +229,10 @@ class Model:
         presolve but skips its probing (on the whole zbv problem with every reservoir, 8 devices,
         24 micro-batches: 15 s of probing before the hint's first solution, 1.6 s without);
         `lp=False` leaves out the linear relaxation (a probe of the whole problem at a tight
-        horizon, relax.probe_starts: propagation finds or refutes it in half the wall time)."""
+        horizon, relax.probe_starts: propagation finds or refutes it in half the wall time);
+        `expand=False` keeps each reservoir one constraint with its own propagator, where CP-SAT
+        would expand it into a literal and a precedence per pair of events (relax.probe_starts:
+        a search node costs a fraction of the expanded one's)."""
         self._finish()
         t0 = time.perf_counter()
         solver = _solver(None if clock is None else clock.left(), workers, prove)
@@ -239,6 +243,7 @@ class Model:
             solver.parameters.cp_model_probing_level = 0
         if not lp:
             solver.parameters.linearization_level = 0
+        solver.parameters.expand_reservoir_constraints = expand
         deterministic_stall = stall is not None and solver.parameters.num_workers == 1
         if stall is not None and deterministic_stall:
             # a budget of work instead of a wall-clock stall: the same on a loaded machine
