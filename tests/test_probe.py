@@ -132,3 +132,21 @@ def test_the_probes_unexpanded_reservoirs_keep_the_memory_limit() -> None:
         assert free is not None and got is not None and got >= free
         binding += got > free
     assert binding >= 1
+
+
+@pytest.mark.parametrize("per_pair,descends", [(0.0, True), (1.0, False)])
+def test_the_descent_is_skipped_when_expanding_its_reservoirs_would_overrun_the_clock(
+        monkeypatch: pytest.MonkeyPatch, per_pair: float, descends: bool) -> None:
+    # CP-SAT's presolve expands each reservoir into a literal per pair of events and cannot be cut
+    # short: a descent started on 0.19 s left ran 1.4 s (a random placement, 128 micro-batches)
+    p, memory = _izb(4)
+    n = 12
+    problem = make_problem(p, memory, n)
+    assert relax.event_pairs(problem, n) == 4 * (2 * 2 * n) ** 2  # two chunks a device, each a pair of events
+    calls: list[float] = []
+    monkeypatch.setattr(relax, "probe_starts", lambda *a, **k: Probed(None, None, 0))
+    monkeypatch.setattr(relax, "cut_starts", lambda *a, **k: calls.append(a[4].left()))
+    state = State(problem, n, Clock(120.0), 1, None, Budget(race=False, expand_per_pair=per_pair), "makespan")
+    state.best = run_baseline("interleaved-zb-h1", p, n, memory, repetend=False)
+    cuts(state, Clock(60.0))
+    assert bool(calls) == descends

@@ -143,6 +143,8 @@ class Budget:
     model_per_task: float = 4e-5  # seconds building a whole-problem model takes per task (30-60 us measured
     # on 2 shared cores): mode exact builds none the clock left cannot hold (131k tasks: 7 s before any solve)
     model_per_block: float = 1.5e-4  # ... and a period's model per block and copy (110-190 us: 8,192 blocks 1.6 s)
+    expand_per_pair: float = 3e-6  # ... and a reservoir CP-SAT's presolve expands, per pair of its events (not
+    # interruptible: a random placement of 5 devices, 128 micro-batches, 524k pairs: 1.4 s on 0.19 s left)
     repetend_builds: float = 6.0  # a raced baseline that wins: finding its repetend costs about this many builds
     # -- stalls: seconds without a better solution after which a solve stops
     stall_work: float = 0.5  # deterministic seconds of solver work per stall second (one worker)

@@ -185,6 +185,15 @@ def tasks(p: Placement, n: int) -> int:
     return n * sum(len(b.devices) for b in p.blocks)
 
 
+def event_pairs(problem: Problem, n: int) -> int:
+    """Pairs of memory events in each device's reservoir of n micro-batches, summed over the
+    devices: what CP-SAT's presolve expands them into (_reservoir)."""
+    def events(d: int) -> int:
+        pairs = problem.memory_pairs(d)
+        return n * (2 * len(pairs) if pairs is not None else len(problem.memory_blocks(d)))
+    return sum(events(d) ** 2 for d in range(problem.placement.devices)) if problem.limit is not None else 0
+
+
 def grid(p: Placement, upper: Number) -> float:
     """The relaxation's time step: the largest that divides every duration and the latency
     (as fractions of denominator up to 10**6: 0.004 for 0.5, 0.488, 0.252 and 0.032), unless

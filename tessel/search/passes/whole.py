@@ -77,6 +77,9 @@ def cuts(state: State, clock: Clock) -> None:
         return
     if state.best is not best and (hint := _hint(state, state.best)) is None:  # the probes' schedule leads the descent
         return
+    if not b.models(relax.event_pairs(p, n), clock, b.expand_per_pair):  # its presolve would overrun the clock
+        log.info("cuts: no descent: expanding the reservoirs takes longer than the %.2fs left", clock.left())
+        return
     found = relax.cut_starts(p, n, hint, state.lower_bound()[0], clock, state.workers, work * (1 - b.probe_share))
     state.statuses["cuts"] = "none" if found is None else "found"
     if found is not None:
