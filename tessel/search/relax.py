@@ -43,8 +43,9 @@ horizon at once, which proves a higher bound; at the optimum a tight horizon lea
 (interleaved-zb, 16 devices, 32 micro-batches, unit costs, latency 0.5, torch's
 ScheduleInterleavedZeroBubble's memory: 141.5, the bound, where the search's passes stop at
 154). Then hinted by a valid schedule (cut_starts): where the grid is exact its schedules are
-valid ones' orders, and the cuts steer CP-SAT to the short ones (zbv, 8 devices, unit costs, latency 0.5, V-Min's memory: the
-optimum 133.5 at 24 micro-batches in about 18 s, from the search's 143.5).
+valid ones' orders, and the cuts steer CP-SAT to the short ones (zbv, 8 devices, unit costs,
+latency 0.5, V-Min's memory: the optimum 133.5 at 24 micro-batches in about 18 s, from the
+search's 143.5).
 
 CP-SAT's work on it is capped in deterministic seconds (one worker: the same bound every run);
 a device with more than RELAX_TASKS tasks is left out (the reservoir grows with the square of
@@ -186,12 +187,12 @@ def tasks(p: Placement, n: int) -> int:
 
 
 def event_pairs(problem: Problem, n: int) -> int:
-    """Pairs of memory events in each device's reservoir of n micro-batches, summed over the
-    devices: what CP-SAT's presolve expands them into (_reservoir)."""
-    def events(d: int) -> int:
-        pairs = problem.memory_pairs(d)
-        return n * (2 * len(pairs) if pairs is not None else len(problem.memory_blocks(d)))
-    return sum(events(d) ** 2 for d in range(problem.placement.devices)) if problem.limit is not None else 0
+    """Pairs of memory events in each device's reservoir of n micro-batches (_reservoir: two a
+    memory pair, else one a memory block), summed over the devices: what CP-SAT expands."""
+    if problem.limit is None:
+        return 0
+    pairs = [problem.memory_pairs(d) for d in range(problem.placement.devices)]
+    return sum((n * (2 * len(x) if x is not None else len(problem.memory_blocks(d)))) ** 2 for d, x in enumerate(pairs))
 
 
 def grid(p: Placement, upper: Number) -> float:
