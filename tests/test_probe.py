@@ -150,3 +150,78 @@ def test_the_descent_is_skipped_when_expanding_its_reservoirs_would_overrun_the_
     state.best = run_baseline("interleaved-zb-h1", p, n, memory, repetend=False)
     cuts(state, Clock(60.0))
     assert bool(calls) == descends
+
+
+def _horizons(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The horizon (grid units) of every probe relax.probe_starts builds from now on."""
+    asked: list[int] = []
+    model = relax._model
+
+    def recorded(*a: object) -> object:
+        asked.append(a[6])  # type: ignore[arg-type]
+        return model(*a)  # type: ignore[arg-type]
+    monkeypatch.setattr(relax, "_model", recorded)
+    return asked
+
+
+@pytest.mark.parametrize("top", [False, True])
+def test_probes_from_the_top_ask_halfway_down_first(monkeypatch: pytest.MonkeyPatch, top: bool) -> None:
+    # beyond PROBE_TASKS the probe at the bound can take minutes (interleaved-zb, 16 devices, 48
+    # micro-batches) where one halfway down finds a schedule in a second: `top` starts there
+    p, memory = _izb(4)
+    n = 12
+    problem = make_problem(p, memory, n)
+    floor = bounds.device_lower_bound(p, n, problem.real_holds())
+    hint = run_baseline("interleaved-zb-h1", p, n, memory, repetend=False)
+    starts = earliest_starts(p, n, in_order(orders_of(hint)))
+    asked = _horizons(monkeypatch)
+    out = probe_starts(problem, n, starts, floor, Clock(120.0), 4.0, top=top)
+    res = relax.grid(p, hint.makespan)
+    lo, hi = relax._down(floor, res), relax._down(hint.makespan, res)
+    assert asked[0] == ((lo + hi) // 2 if top else lo)
+    assert out.makespan is not None and floor <= out.bound <= out.makespan * res and out.makespan < hi
+    assert top or out.makespan == lo  # from the bound up: the optimum (45.5) at once
+    assert all(b < a for a, b in zip(asked, asked[1:])) or not top  # each probe from the top asks for less
+
+
+@pytest.mark.slow
+def test_probes_from_the_top_bracket_the_exact_optimum_on_random_v_placements() -> None:
+    # an undecided probe from the top proves nothing: the bound stays at or below the optimum, a
+    # schedule found is valid, never below the optimum nor above the hint
+    checked, above, found = 0, 0, 0
+    for seed in range(16):
+        p, n, memory = _tiny_v(seed)
+        got = _optimum(p, n, memory)
+        if got is None:
+            continue
+        problem, opt = got
+        hint = BASELINES["greedy"](p, n, memory)
+        out = probe_starts(problem, n, earliest_starts(p, n, in_order(orders_of(hint))), opt / 2, Clock(120.0), 2.0,
+                           top=True)
+        assert opt / 2 <= out.bound <= opt + 1e-9, (seed, opt, out.bound)
+        if out.starts is not None:
+            s = schedule_from_orders(p, n, orders_from_starts(p, out.starts), problem.real_limit(), None, {})
+            assert s.errors() == [] and opt - 1e-9 <= s.makespan < hint.makespan, (seed, opt, s.makespan)
+            found += 1
+        checked += 1
+        above += hint.makespan > opt + 1e-9  # only then is there a shorter schedule to find
+    assert checked >= 12 and above >= 4 and found >= above // 2, (checked, above, found)
+
+
+def test_the_cuts_pass_probes_from_the_top_beyond_probe_tasks(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the same state as above with PROBE_TASKS below its tasks: halving down from the hint, no
+    # probe at the bound, and no descent (beyond GROUP_TASKS too)
+    monkeypatch.setattr(relax, "PROBE_TASKS", 100)
+    monkeypatch.setattr(relax, "GROUP_TASKS", 100)
+    p, memory = _izb(4)
+    n = 12
+    state = State(make_problem(p, memory, n), n, Clock(120.0), 1, None, Budget(race=False), "makespan")
+    state.best = hint = run_baseline("interleaved-zb-h1", p, n, memory, repetend=False)
+    bound = state.lower_bound()[0]
+    asked = _horizons(monkeypatch)
+    cuts(state, Clock(120.0))
+    s = state.best
+    assert s is not None and s.meta["base"] == "probe" and s.errors() == []
+    assert bound <= s.makespan <= (bound + hint.makespan) / 2 and state.lower_bound()[0] <= s.makespan
+    assert relax._down(bound, relax.grid(p, hint.makespan)) not in asked[:1]
+    assert "cuts" not in state.statuses

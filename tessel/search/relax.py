@@ -74,7 +74,8 @@ RELAX_TASKS = 300  # most tasks of one device the relaxation models
 RELAX_WORK = 0.5  # deterministic seconds of CP-SAT's work per solve
 RELAX_PROBES = 4  # solves per device, each below a lower horizon
 RELAX_UNITS = 20_000  # most time steps below the horizon
-PROBE_TASKS = 3200  # most tasks probe_starts models (interleaved-zb, 16 devices, 32 micro-batches: 3,072)
+PROBE_TASKS = 3200  # most tasks probe_starts models from the bound up (interleaved-zb, 16 devices, 32 micro-batches: 3,072)
+PROBE_TOP_TASKS = 8192  # ... and from the top down, beyond that (16 devices, 64 micro-batches on zbv: 6,144)
 PROBE_COUNT = 16  # probes of probe_starts at most (refuted ones take milliseconds: zbv, 4 devices, 16 micro-batches,
 # profiled costs, V-Min's memory: the 11th is the first undecided)
 PROBE_WORK = 1.0  # deterministic seconds the probe at the bound may take at most ...
@@ -354,7 +355,7 @@ class Probed:
 
 
 def probe_starts(problem: Problem, n: int, hint: Mapping[Key, Number], floor: Number, clock: Clock,
-                 work: float, probes: int = PROBE_COUNT) -> Probed:
+                 work: float, probes: int = PROBE_COUNT, top: bool = False) -> Probed:
     """Schedules of the relaxation of every device at once (cut_starts' model, hinted by a valid
     schedule's real starts: its values lead CP-SAT's first dives, though they end past the
     horizon) searched from the proven bound `floor` up to the hint's makespan: the first probe
@@ -368,6 +369,13 @@ def probe_starts(problem: Problem, n: int, hint: Mapping[Key, Number], floor: Nu
     s; the descent from the search's 154 needed 25). At most `work` deterministic seconds in all,
     PROBE_WORK the probe at the bound and a PROBE_CLIMB share of it each one above, on one
     worker, and the clock.
+
+    `top` (beyond PROBE_TASKS tasks): every probe halves the range between the lowest horizon still
+    open and the best schedule, and an undecided one only moves that horizon above itself. There
+    the probe at the bound can take minutes where one halfway down finds a schedule in a second:
+    interleaved-zb, 16 devices, 48 micro-batches, unit costs, latency 0.5, torch's
+    ScheduleInterleavedZeroBubble's memory: the probe below 190 (the bound 189.5) undecided after 5
+    deterministic s (165 s of wall time), the one below 197 finds 197 in 0.7 s against the search's 204.5.
 
     Each memory reservoir stays one constraint with its own propagator (Model.solve's
     expand=False), where CP-SAT would add a literal and a precedence per pair of its events: on
@@ -385,15 +393,16 @@ def probe_starts(problem: Problem, n: int, hint: Mapping[Key, Number], floor: Nu
     t0, upper = _span(p, hint)
     _, rows, fifo, res = _inputs(problem, n, upper)
     lo, hi = _down(floor, res), _down(upper, res)
-    starts, found, left, step, first = None, None, work, 0, lo
+    starts, found, left, step, first = None, None, work, 0, None if top else lo
+    seek = lo  # the lowest horizon still open: lo, or above an undecided probe (top)
     for _ in range(probes):
-        if lo >= hi or left <= 0 or clock.expired():
+        if seek >= hi or left <= 0 or clock.expired():
             break
-        h = min(lo + step, hi - 1) if found is None else (lo + hi) // 2
+        h = min(seek + step, hi - 1) if found is None and not top else (seek + hi) // 2
         step = max(1, 2 * step)
         built = _model(problem, res, n, tuple(range(p.devices)), rows, fifo, h, lo)
         if built is None:  # a task alone cannot end by h
-            lo = h + 1
+            lo = seek = h + 1
             continue
         built[0].hints({k: _down(v - t0, res) for k, v in hint.items()})
         done = work_done()
@@ -401,15 +410,17 @@ def probe_starts(problem: Problem, n: int, hint: Mapping[Key, Number], floor: Nu
         # (V-Min's memory, profiled costs: 5-13%) the one that decides nothing takes the descent's time
         cap = PROBE_WORK if h == first else PROBE_WORK * PROBE_CLIMB
         out = built[0].solve(clock, 1, phase=f"probe below {h}", work=min(left, cap), presolve=False,
-                             probing=False, lp=False, expand=False)
+                             probing=False, lp=False, expand=False, first=top)
         left -= work_done() - done
         if out.status == "infeasible":
-            lo = h + 1
+            lo = seek = h + 1
         elif out.found and out.objective is not None:
             hi, starts, found = out.objective, out.starts(), out.objective
-        else:  # undecided: the horizons above are the descent's (cut_starts) to work on
+        else:  # undecided: the horizons above are the descent's (cut_starts) to work on, or the next probe's (top)
             lo = max(lo, out.bound or lo)
-            break
+            if not top:
+                break
+            seek = max(lo, h + 1)
     return Probed(starts, found, max(floor, snap(lo * res)))
 
 

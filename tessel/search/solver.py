@@ -219,7 +219,7 @@ class Model:
               phase: str = "solve", report: Callable[[int], dict[str, Any]] | None = None,
               stall: Stall | None = None, prove: bool = False, work: float | None = None,
               presolve: bool = True, probing: bool = True, lp: bool = True,
-              expand: bool = True) -> SolveResult:
+              expand: bool = True, first: bool = False) -> SolveResult:
         """Solve within what `clock` has left (None: no limit), or stop once a `stall` passes
         without a better solution; progress gets {phase, objective, elapsed,
         ...report(objective)} per solution. `prove` favours closing the bound (the full LP
@@ -232,7 +232,8 @@ class Model:
         horizon, relax.probe_starts: propagation finds or refutes it in half the wall time);
         `expand=False` keeps each reservoir one constraint with its own propagator, where CP-SAT
         would expand it into a literal and a precedence per pair of events (relax.probe_starts:
-        a search node costs a fraction of the expanded one's)."""
+        a search node costs a fraction of the expanded one's); `first` stops at the first solution
+        (relax.probe_starts from the top: the next probe asks for less)."""
         self._finish()
         t0 = time.perf_counter()
         solver = _solver(None if clock is None else clock.left(), workers, prove)
@@ -244,6 +245,7 @@ class Model:
         if not lp:
             solver.parameters.linearization_level = 0
         solver.parameters.expand_reservoir_constraints = expand
+        solver.parameters.stop_after_first_solution = first
         deterministic_stall = stall is not None and solver.parameters.num_workers == 1
         if stall is not None and deterministic_stall:
             # a budget of work instead of a wall-clock stall: the same on a loaded machine

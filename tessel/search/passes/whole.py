@@ -62,7 +62,7 @@ def cuts(state: State, clock: Clock) -> None:
     by the time left (the same schedule on a loaded machine, unless the clock cuts the solve)."""
     p, n, best = state.problem, state.micro_batches, state.best
     tasks = relax.tasks(p.placement, n)
-    if best is None or state.objective != "makespan" or clock.expired() or tasks > relax.PROBE_TASKS \
+    if best is None or state.objective != "makespan" or clock.expired() or tasks > relax.PROBE_TOP_TASKS \
             or not state.affords(state.budget.own_builds):
         return
     b = state.budget
@@ -72,7 +72,7 @@ def cuts(state: State, clock: Clock) -> None:
     hint = _hint(state, best)
     if hint is None:
         return
-    _probe(state, hint, clock.share(b.probe_share), work * b.probe_share)
+    _probe(state, hint, clock.share(b.probe_share), work * b.probe_share, top=tasks > relax.PROBE_TASKS)
     if tasks > relax.GROUP_TASKS or state.at_bound(True) or clock.expired():
         return
     if state.best is not best and (hint := _hint(state, state.best)) is None:  # the probes' schedule leads the descent
@@ -98,10 +98,12 @@ def _hint(state: State, s: Schedule | None) -> dict[Key, Number] | None:
         return None
 
 
-def _probe(state: State, hint: dict[Key, Number], clock: Clock, work: float) -> None:
-    """relax.probe_starts from the search's proven bound to the hint's makespan: a schedule it
-    finds is replayed and offered, the bound its refuted horizons prove is the search's."""
-    out = relax.probe_starts(state.problem, state.micro_batches, hint, state.lower_bound()[0], clock, work)
+def _probe(state: State, hint: dict[Key, Number], clock: Clock, work: float, top: bool) -> None:
+    """relax.probe_starts from the search's proven bound to the hint's makespan (`top`: halving
+    down from the hint): a schedule it finds is replayed and offered, the bound its refuted
+    horizons prove is the search's."""
+    out = relax.probe_starts(state.problem, state.micro_batches, hint, state.lower_bound()[0], clock, work,
+                             top=top)
     state.prove(out.bound, "probe")
     state.statuses["probe"] = "none" if out.starts is None else "found"
     if out.starts is not None:
