@@ -23,7 +23,8 @@ tessel: the period search brackets between that repetend's period and the bound,
         completed like ours (passes/whole.cuts: tight memory, where warm-up and cool-down decide):
         half of it probes horizons from the proven bound up (relax.probe_starts; up to
         relax.PROBE_TASKS tasks, on what the passes left), where a refuted horizon raises the
-        bound and a schedule at the bound ends the search.
+        bound and a schedule at the bound ends the search; beyond, up to relax.PROBE_TOP_TASKS
+        tasks, they halve down from the best schedule.
 fast:   constructed repetend, the solver only polishes its span (stops when it stalls), the whole
         schedule justified backward and forward by list scheduling (justify.py), completion.
 exact:  the tessel schedule as a hint, then the whole N-micro-batch problem in one solve.

@@ -42,10 +42,12 @@ horizons from the proven bound up (probe_starts): below the optimum propagation 
 horizon at once, which proves a higher bound; at the optimum a tight horizon leads CP-SAT to it
 (interleaved-zb, 16 devices, 32 micro-batches, unit costs, latency 0.5, torch's
 ScheduleInterleavedZeroBubble's memory: 141.5, the bound, where the search's passes stop at
-154). Then hinted by a valid schedule (cut_starts): where the grid is exact its schedules are
-valid ones' orders, and the cuts steer CP-SAT to the short ones (zbv, 8 devices, unit costs,
-latency 0.5, V-Min's memory: the optimum 133.5 at 24 micro-batches in about 18 s, from the
-search's 143.5).
+154); on larger problems, where the probe at the bound can take minutes, halving down from the
+best schedule (interleaved-zb, 16 devices, 48 micro-batches, the same costs and memory: 197
+against the search's 204.5, the bound 189.5). Then hinted by a valid schedule (cut_starts):
+where the grid is exact its schedules are valid ones' orders, and the cuts steer CP-SAT to the
+short ones (zbv, 8 devices, unit costs, latency 0.5, V-Min's memory: the optimum 133.5 at 24
+micro-batches in about 18 s, from the search's 143.5).
 
 CP-SAT's work on it is capped in deterministic seconds (one worker: the same bound every run);
 a device with more than RELAX_TASKS tasks is left out (the reservoir grows with the square of

@@ -53,7 +53,8 @@ def whole(state: State, clock: Clock) -> None:
 def cuts(state: State, clock: Clock) -> None:
     """The whole problem with the releases, tails and micro-batch order as cuts: first probed
     from the proven bound up (relax.probe_starts, up to relax.PROBE_TASKS tasks, Budget.probe_share
-    of the clock), then, up to relax.GROUP_TASKS tasks, one solve hinted by the best schedule with
+    of the clock; beyond, up to relax.PROBE_TOP_TASKS, from the best schedule down), then, up to
+    relax.GROUP_TASKS tasks, one solve hinted by the best schedule with
     each block taking its micro-batches in order (relax.cut_starts); the orders either finds are
     replayed on the real durations. Under tight memory the period search's steady state and its
     completion leave the warm-up and cool-down to a few solves of their own, while this model sees
