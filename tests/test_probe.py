@@ -17,7 +17,7 @@ from tessel.placement import Number, Placement
 from tessel.schedule import Schedule
 from tessel.search import Budget, relax, search
 from tessel.search.budget import Clock
-from tessel.search.passes.whole import cuts
+from tessel.search.passes.whole import cuts, probes
 from tessel.search.polish import in_order
 from tessel.search.problem import Problem, make_problem
 from tessel.search.relax import Probed, probe_starts
@@ -88,6 +88,7 @@ def test_the_search_keeps_the_probes_schedule_and_their_bound() -> None:
     n = 12
     state = State(make_problem(p, memory, n), n, Clock(120.0), 1, None, Budget(race=False), "makespan")
     state.best = run_baseline("interleaved-zb-h1", p, n, memory, repetend=False)
+    probes(state, Clock(120.0))  # Budget.probes_first: a pass of their own, then the cuts' descent
     cuts(state, Clock(120.0))
     s = state.best
     assert s is not None and s.meta["base"] == "probe" and s.errors() == []
@@ -219,9 +220,32 @@ def test_the_cuts_pass_probes_from_the_top_beyond_probe_tasks(monkeypatch: pytes
     state.best = hint = run_baseline("interleaved-zb-h1", p, n, memory, repetend=False)
     bound = state.lower_bound()[0]
     asked = _horizons(monkeypatch)
+    probes(state, Clock(120.0))
     cuts(state, Clock(120.0))
     s = state.best
     assert s is not None and s.meta["base"] == "probe" and s.errors() == []
     assert bound <= s.makespan <= (bound + hint.makespan) / 2 and state.lower_bound()[0] <= s.makespan
     assert relax._down(bound, relax.grid(p, hint.makespan)) not in asked[:1]
     assert "cuts" not in state.statuses
+
+
+@pytest.mark.parametrize("first", [0.0, 0.25])
+def test_the_probes_run_as_a_pass_of_their_own_with_probes_first(monkeypatch: pytest.MonkeyPatch, first: float) -> None:
+    # Budget.probes_first: the probes before the best baseline is completed (passes/whole.probes),
+    # and the cuts pass then only descends; without it the probes pass does nothing
+    p, memory = _izb(4)
+    n = 12
+    state = State(make_problem(p, memory, n), n, Clock(120.0), 1, None, Budget(race=False, probes_first=first),
+                  "makespan")
+    state.best = hint = run_baseline("interleaved-zb-h1", p, n, memory, repetend=False)
+    probes(state, Clock(60.0))
+    s = state.best
+    assert s is not None and s.errors() == []
+    assert (s.meta.get("base"), s.makespan) == (("probe", 45.5) if first else (None, hint.makespan))
+    state.best = hint
+    probed: list[object] = []
+    monkeypatch.setattr(relax, "probe_starts", lambda *a, **k: probed.append(a) or Probed(None, None, 0))
+    monkeypatch.setattr(relax, "cut_starts", lambda *a, **k: None)
+    cuts(state, Clock(60.0))
+    assert bool(probed) == (not first) and state.statuses["cuts"] == "none"
+

@@ -139,6 +139,11 @@ class Budget:
     cuts_work: float = 1.0  # ... and its work: this many deterministic seconds per second kept (about one idle
     # core's: it ends on its work, not the clock, and gives the same schedule every run on a quiet machine)
     probe_share: float = 0.5  # ... of its clock and work first for probes from the proven bound up (relax.probe_starts)
+    probes_first: float = 0.4  # > 0: the probes instead a pass of their own, this share of the clock, before
+    # the best baseline completed like ours (passes/whole.probes), whose solves can leave the cuts no clock (zbv,
+    # 4 devices, 8 micro-batches, profiled costs, V-Min's memory: 7 s of one warm-up, the bound 26 where the
+    # probes then prove 27.056 against the optimum 27.976); on 40 open rows of the peers grid at 20 s, 0.4
+    # against 0: the same makespans, the bound higher on 8 and lower on 2 (by at most 0.7%)
     exact_hint_share: float = 0.3  # exact: the tessel schedule that hints the whole-problem solve
     model_per_task: float = 4e-5  # seconds building a whole-problem model takes per task (30-60 us measured
     # on 2 shared cores): mode exact builds none the clock left cannot hold (131k tasks: 7 s before any solve)

@@ -24,7 +24,8 @@ tessel: the period search brackets between that repetend's period and the bound,
         half of it probes horizons from the proven bound up (relax.probe_starts; up to
         relax.PROBE_TASKS tasks, on what the passes left), where a refuted horizon raises the
         bound and a schedule at the bound ends the search; beyond, up to relax.PROBE_TOP_TASKS
-        tasks, they halve down from the best schedule.
+        tasks, they halve down from the best schedule (Budget.probes_first, the default: the
+        probes as a pass of their own, before the best baseline is completed like ours).
 fast:   constructed repetend, the solver only polishes its span (stops when it stalls), the whole
         schedule justified backward and forward by list scheduling (justify.py), completion.
 exact:  the tessel schedule as a hint, then the whole N-micro-batch problem in one solve.
@@ -61,7 +62,7 @@ from .passes.shapes import shapes
 from .passes.start import listed, start
 from .passes.vseed import vbuild_seed
 from .passes.vstart import vmem_seed, vmem_start
-from .passes.whole import cuts, exact, hinted, whole
+from .passes.whole import cuts, exact, hinted, probes, whole
 from .polish import MOST_TASKS
 from .problem import make_problem
 from .solver import DEFAULT_WORKERS, Progress, load
@@ -131,7 +132,9 @@ TESSEL = (
 # 59.272 where the cuts' solve in its place stopped at 60.356), hinted by the best so far; a schedule at or
 # near the bound skips it
 TESSEL_END = (
-    COMPLETION[3], COMPLETION[5],  # the race when late, the best baseline completed like our own
+    COMPLETION[3],  # the race when late
+    Pass("probes", probes, lambda b: b.probes_first, rivals=True, settle=True),  # Budget.probes_first
+    COMPLETION[5],  # the best baseline completed like our own
     Pass("cuts", cuts, rivals=True, settle=True),  # the whole problem with cuts: probed up to relax.PROBE_TASKS tasks
     COMPLETION[4], COMPLETION[6],  # the deepest repetend, the whole problem's quick solve
     Pass("vmem_seed", vmem_seed),  # the v-mem seed, if nothing offered it yet

@@ -53,7 +53,8 @@ def whole(state: State, clock: Clock) -> None:
 def cuts(state: State, clock: Clock) -> None:
     """The whole problem with the releases, tails and micro-batch order as cuts: first probed
     from the proven bound up (relax.probe_starts, up to relax.PROBE_TASKS tasks, Budget.probe_share
-    of the clock; beyond, up to relax.PROBE_TOP_TASKS, from the best schedule down), then, up to
+    of the clock; beyond, up to relax.PROBE_TOP_TASKS, from the best schedule down; with
+    Budget.probes_first, the default, the probes pass ran them earlier instead), then, up to
     relax.GROUP_TASKS tasks, one solve hinted by the best schedule with
     each block taking its micro-batches in order (relax.cut_starts); the orders either finds are
     replayed on the real durations. Under tight memory the period search's steady state and its
@@ -61,23 +62,19 @@ def cuts(state: State, clock: Clock) -> None:
     every micro-batch at once: zbv, 8 devices, V-Min's memory, unit costs, latency 0.5: 143.5 ->
     133.5 (the optimum) at 24 micro-batches. The descent's work is set by the search's limit, not
     by the time left (the same schedule on a loaded machine, unless the clock cuts the solve)."""
-    p, n, best = state.problem, state.micro_batches, state.best
-    tasks = relax.tasks(p.placement, n)
-    if best is None or state.objective != "makespan" or clock.expired() or tasks > relax.PROBE_TOP_TASKS \
-            or not state.affords(state.budget.own_builds):
+    got = _inputs(state, clock)
+    if got is None:
         return
-    b = state.budget
-    # its work: the reserve of a clock as long as the search's, at least Budget.cuts_least (a short
-    # search's cuts run on what the passes before left), not the time left: the same every run
-    work = b.cuts_work * max(b.cuts_reserve(state.clock.limit), b.cuts_least)
-    hint = _hint(state, best)
-    if hint is None:
-        return
-    _probe(state, hint, clock.share(b.probe_share), work * b.probe_share, top=tasks > relax.PROBE_TASKS)
+    tasks, work, hint, best = got
+    p, n, b = state.problem, state.micro_batches, state.budget
+    if not b.probes_first:
+        _probe(state, hint, clock.share(b.probe_share), work * b.probe_share, top=tasks > relax.PROBE_TASKS)
     if tasks > relax.GROUP_TASKS or state.at_bound(True) or clock.expired():
         return
-    if state.best is not best and (hint := _hint(state, state.best)) is None:  # the probes' schedule leads the descent
-        return
+    if state.best is not best:  # the probes' schedule leads the descent
+        if (again := _hint(state, state.best)) is None:
+            return
+        hint = again
     if not b.models(relax.event_pairs(p, n), clock, b.expand_per_pair):  # its presolve would overrun the clock
         log.info("cuts: no descent: expanding the reservoirs takes longer than the %.2fs left", clock.left())
         return
@@ -85,6 +82,31 @@ def cuts(state: State, clock: Clock) -> None:
     state.statuses["cuts"] = "none" if found is None else "found"
     if found is not None:
         _replayed(state, found, "cuts")
+
+
+def probes(state: State, clock: Clock) -> None:
+    """With Budget.probes_first: the cuts' probes (relax.probe_starts) as a pass of their own,
+    before the best baseline is completed like our own (whose solves can take the whole clock)."""
+    got = _inputs(state, clock) if state.budget.probes_first else None
+    if got is not None:
+        tasks, work, hint, _ = got
+        _probe(state, hint, clock, work * state.budget.probe_share, top=tasks > relax.PROBE_TASKS)
+
+
+def _inputs(state: State, clock: Clock) -> tuple[int, float, dict[Key, Number], Schedule] | None:
+    """What the cuts' probes and descent start from, when they may run: the task count, their work
+    and the best schedule with its hint."""
+    p, n, best = state.problem, state.micro_batches, state.best
+    tasks = relax.tasks(p.placement, n)
+    if best is None or state.objective != "makespan" or clock.expired() or tasks > relax.PROBE_TOP_TASKS \
+            or not state.affords(state.budget.own_builds):
+        return None
+    b = state.budget
+    # its work: the reserve of a clock as long as the search's, at least Budget.cuts_least (a short
+    # search's cuts run on what the passes before left), not the time left: the same every run
+    work = b.cuts_work * max(b.cuts_reserve(state.clock.limit), b.cuts_least)
+    hint = _hint(state, best)
+    return None if hint is None else (tasks, work, hint, best)
 
 
 def _hint(state: State, s: Schedule | None) -> dict[Key, Number] | None:
