@@ -62,13 +62,13 @@ def cuts(state: State, clock: Clock) -> None:
     every micro-batch at once: zbv, 8 devices, V-Min's memory, unit costs, latency 0.5: 143.5 ->
     133.5 (the optimum) at 24 micro-batches. The descent's work is set by the search's limit, not
     by the time left (the same schedule on a loaded machine, unless the clock cuts the solve)."""
-    got = _inputs(state, clock)
+    best, got = state.best, _inputs(state, clock)
     if got is None:
         return
-    tasks, work, hint, best = got
+    tasks, work, hint = got
     p, n, b = state.problem, state.micro_batches, state.budget
     if not b.probes_first:
-        _probe(state, hint, clock.share(b.probe_share), work * b.probe_share, top=tasks > relax.PROBE_TASKS)
+        _probe(state, hint, clock.share(b.probe_share), work * b.probe_share)
     if tasks > relax.GROUP_TASKS or state.at_bound(True) or clock.expired():
         return
     if state.best is not best:  # the probes' schedule leads the descent
@@ -89,13 +89,13 @@ def probes(state: State, clock: Clock) -> None:
     before the best baseline is completed like our own (whose solves can take the whole clock)."""
     got = _inputs(state, clock) if state.budget.probes_first else None
     if got is not None:
-        tasks, work, hint, _ = got
-        _probe(state, hint, clock, work * state.budget.probe_share, top=tasks > relax.PROBE_TASKS)
+        _, work, hint = got
+        _probe(state, hint, clock, work * state.budget.probe_share)
 
 
-def _inputs(state: State, clock: Clock) -> tuple[int, float, dict[Key, Number], Schedule] | None:
+def _inputs(state: State, clock: Clock) -> tuple[int, float, dict[Key, Number]] | None:
     """What the cuts' probes and descent start from, when they may run: the task count, their work
-    and the best schedule with its hint."""
+    and the best schedule's hint."""
     p, n, best = state.problem, state.micro_batches, state.best
     tasks = relax.tasks(p.placement, n)
     if best is None or state.objective != "makespan" or clock.expired() or tasks > relax.PROBE_TOP_TASKS \
@@ -106,7 +106,7 @@ def _inputs(state: State, clock: Clock) -> tuple[int, float, dict[Key, Number], 
     # search's cuts run on what the passes before left), not the time left: the same every run
     work = b.cuts_work * max(b.cuts_reserve(state.clock.limit), b.cuts_least)
     hint = _hint(state, best)
-    return None if hint is None else (tasks, work, hint, best)
+    return None if hint is None else (tasks, work, hint)
 
 
 def _hint(state: State, s: Schedule | None) -> dict[Key, Number] | None:
@@ -121,12 +121,13 @@ def _hint(state: State, s: Schedule | None) -> dict[Key, Number] | None:
         return None
 
 
-def _probe(state: State, hint: dict[Key, Number], clock: Clock, work: float, top: bool) -> None:
-    """relax.probe_starts from the search's proven bound to the hint's makespan (`top`: halving
-    down from the hint): a schedule it finds is replayed and offered, the bound its refuted
-    horizons prove is the search's."""
-    out = relax.probe_starts(state.problem, state.micro_batches, hint, state.lower_bound()[0], clock, work,
-                             top=top)
+def _probe(state: State, hint: dict[Key, Number], clock: Clock, work: float) -> None:
+    """relax.probe_starts from the search's proven bound to the hint's makespan (past
+    relax.PROBE_TASKS tasks, halving down from the hint): a schedule it finds is replayed and
+    offered, the bound its refuted horizons prove is the search's."""
+    p, n = state.problem, state.micro_batches
+    out = relax.probe_starts(p, n, hint, state.lower_bound()[0], clock, work,
+                             top=relax.tasks(p.placement, n) > relax.PROBE_TASKS)
     state.prove(out.bound, "probe")
     state.statuses["probe"] = "none" if out.starts is None else "found"
     if out.starts is not None:
