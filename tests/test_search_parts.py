@@ -2,6 +2,7 @@
 unrolled schedules, the grid, constructions, kernels, the solver helper, completion and exact."""
 from __future__ import annotations
 
+from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
 
@@ -17,7 +18,15 @@ from tessel.search.fast import construct, constructions, packed
 from tessel.search.kernel import kernel_starts
 from tessel.search.modulo import Modulo, fits, steady_memory
 from tessel.search.problem import least_memory, make_problem
-from tessel.search.repetend import RepetendResult, deepest, find_repetend, modulo_of, retry_undecided, solve_period
+from tessel.search.repetend import (
+    IN_SPAN,
+    RepetendResult,
+    deepest,
+    find_repetend,
+    modulo_of,
+    retry_undecided,
+    solve_period,
+)
 from tessel.search.solver import Model
 
 
@@ -50,6 +59,27 @@ def test_steady_memory_of_several_copies_matches_rule_4() -> None:
     mod = modulo_of(res.values, problem, 16, 3)
     s = problem.grid_schedule(60, plain_unroll(mod, 60))
     assert list(s.peak_memory) == steady_memory(problem, mod) and max(s.peak_memory) == 3
+
+
+def test_a_hint_over_the_memory_limits_proves_nothing_for_the_period() -> None:
+    # zbv, 3 devices, profiled chunk costs, 3 activations per device: at this period the shortest
+    # pattern without the limits (span 13,260 units) holds too much, and every pattern that fits is
+    # longer (18,801); hinted by the first, the solve finds none within its span, which is no proof
+    # that none fits at the period (it was reported "infeasible", and the period search took it as one)
+    problem = make_problem(library.zbv(3, forward=0.5, backward=0.488, weight=0.252), 3)
+    T = round(3.9697265625 / problem.resolution)
+    free = solve_period(replace(problem, limit=None), T, Clock(30), 1)
+    assert free.found
+    over = modulo_of(free.values, problem, T)
+    assert not fits(problem, over)
+    assert solve_period(problem, T, Clock(30), 1, hint=over).status == IN_SPAN
+    res = solve_period(problem, T, Clock(30), 1)
+    assert res.found and res.objective is not None and res.objective > over.span(problem)
+    mod = modulo_of(res.values, problem, T)
+    s = problem.grid_schedule(12, plain_unroll(mod, 12))  # the four rules, memory at the limit included
+    assert max(s.peak_memory) <= 3
+    # without a hint "infeasible" stays a proof: below the device load no pattern exists
+    assert solve_period(problem, problem.period_bound - 1, Clock(30), 1).status == "infeasible"
 
 
 def test_little_law_bound_is_tight_on_a_pipeline() -> None:
