@@ -228,4 +228,3 @@ def test_the_probes_run_as_a_pass_of_their_own_with_probes_first(monkeypatch: py
     monkeypatch.setattr(relax, "cut_starts", lambda *a, **k: None)
     cuts(state, Clock(60.0))
     assert bool(probed) == (not first) and state.statuses["cuts"] == "none"
-

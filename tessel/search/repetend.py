@@ -39,6 +39,7 @@ MAX_COPIES = 4
 
 
 IN_SPAN = "none in the hint's span"  # solve_period's status: no pattern fits within a hint over the limits (no proof)
+NONE_FITS = ("infeasible", IN_SPAN)  # the statuses where a solve found that nothing fits (a proof only the first)
 
 
 @dataclass(frozen=True)
@@ -237,7 +238,7 @@ class _Search:
         if res.found:
             return _Found(modulo_of(res.values, self.problem, T), "solver", res.status), res.status
         # none fits the limits (at T, or within the hint's span, which the solve without them keeps)
-        relaxed = self.relaxed(T, hint) if res.status not in ("infeasible", IN_SPAN) and self.going() else None
+        relaxed = self.relaxed(T, hint) if res.status not in NONE_FITS and self.going() else None
         if relaxed is not None:
             return relaxed, relaxed.status
         if fitting:
@@ -297,7 +298,7 @@ class _Search:
 
     def undecided(self, ratio: Fraction) -> list[tuple[int, int]]:
         """The (copies, period) below `ratio` that a solve tried and could not decide in its slice."""
-        return sorted({(p, t) for p, t, st in self.tried if st not in ("infeasible", IN_SPAN, "optimal", "feasible")
+        return sorted({(p, t) for p, t, st in self.tried if st not in (*NONE_FITS, "optimal", "feasible")
                        and Fraction(t, p) < ratio}, key=lambda x: Fraction(x[1], x[0]))
 
 
