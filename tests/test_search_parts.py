@@ -16,7 +16,7 @@ from tessel.search.completion import compact, complete, makespan, plain_unroll
 from tessel.search.exact import fifo_blocks, solve_exact
 from tessel.search.fast import construct, constructions, packed
 from tessel.search.kernel import kernel_starts
-from tessel.search.modulo import Modulo, fits, steady_memory
+from tessel.search.modulo import Modulo, fits, memory_time, steady_memory
 from tessel.search.problem import least_memory, make_problem
 from tessel.search.repetend import (
     IN_SPAN,
@@ -80,6 +80,36 @@ def test_a_hint_over_the_memory_limits_proves_nothing_for_the_period() -> None:
     assert max(s.peak_memory) <= 3
     # without a hint "infeasible" stays a proof: below the device load no pattern exists
     assert solve_period(problem, problem.period_bound - 1, Clock(30), 1).status == "infeasible"
+
+
+@pytest.mark.parametrize(("name", "copies"), [("vshape-4", 1), ("xshape-4", 1), ("kshape-4", 1), ("vshape-4", 2)])
+def test_the_steady_level_integrates_to_the_memory_time_the_period_search_cuts_with(name: str, copies: int) -> None:
+    """repetend._little bounds modulo.memory_time by the cap times the period: valid only if the
+    level of the unrolled steady state, integrated over one period, is that memory-time (plus
+    what a repetition leaves), so that its average, at most the peak, is under the cap."""
+    problem = make_problem(placement(name), 4)
+    checked = 0
+    for period in (problem.period_bound * copies, problem.period_bound * copies + 5):
+        res = solve_period(problem, period, Clock(20), 2, copies=copies)  # well under a second unloaded
+        if not res.found:
+            continue
+        mod = modulo_of(res.values, problem, period, copies)
+        reps = mod.in_flight(problem) + 1
+        starts = plain_unroll(mod, (reps + 2) * copies)
+        a = reps * period  # a window every repetition before it has reached, none after it touches
+        for d in problem.limited_devices():
+            integral = 0
+            for (b, _), t in starts.items():
+                if b not in problem.memory_blocks(d):
+                    continue
+                x = problem.memory[b]
+                e = t + problem.duration[b] if x < 0 else t  # allocated at the start, released at the end
+                integral += x * (a + period - max(e, a)) if e < a + period else 0
+            left = problem.memory_left(d) * copies
+            assert integral == memory_time(problem, mod.start, copies, d) + left * period
+            assert integral <= problem.cap(d) * period  # the cut holds on every pattern that fits
+        checked += 1
+    assert checked >= 1
 
 
 def test_little_law_bound_is_tight_on_a_pipeline() -> None:

@@ -11,9 +11,10 @@ Q * period + rho, rho in [0, period); at equal phases releases count first, as i
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Any
 
 from ..key import Key
 from .problem import Problem
@@ -90,6 +91,18 @@ def steady_memory(problem: Problem, mod: Modulo) -> list[int]:
                 best = level
         out.append(0 if best is None else best)
     return out
+
+
+def memory_time(problem: Problem, start: Callable[[str, int], Any], copies: int, d: int) -> Any:
+    """Memory-time one repetition holds on device d: each release's end minus each allocation's
+    start, weighted by the amount; `start(block, copy)` is a start time or a solver variable.
+    Over one period, the steady-state level integrates to it plus the period times what a
+    repetition leaves (problem.memory_left), so its average is at most the peak (Little's law)."""
+    terms = []
+    for b in problem.memory_blocks(d):
+        mem, end = problem.memory[b], problem.duration[b] if problem.memory[b] < 0 else 0
+        terms += [-mem * (start(b, j) + end) for j in range(copies)]
+    return sum(terms)
 
 
 def _event(problem: Problem, mod: Modulo, block: str, copy: int) -> tuple[int, int, int]:

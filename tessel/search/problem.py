@@ -71,6 +71,10 @@ class Problem:
     def memory_blocks(self, device: int) -> list[str]:
         return [b.id for b in self.units.blocks_on(device) if b.memory]
 
+    def memory_left(self, device: int) -> int:
+        """Memory one micro-batch leaves held on the device (0 where its blocks balance)."""
+        return sum(self.memory[b] for b in self.memory_blocks(device))
+
     @cached_property
     def ancestors(self) -> dict[str, int]:
         """Each block's ancestors as a bit set over block_ids (graph.ancestor_bits)."""
@@ -306,7 +310,7 @@ def check_memory(problem: Problem) -> None:
     if problem.limit is None:
         return
     for d in problem.limited_devices():
-        left = sum(problem.memory[b] for b in problem.memory_blocks(d))
+        left = problem.memory_left(d)
         if left > 0:
             raise MemoryLimitError(f"placement {problem.placement.name!r}: memory on device {d} grows by "
                                    f"{_fmt(_unscale(left, problem.memory_scale))} per micro-batch (its blocks "
