@@ -98,9 +98,9 @@ def test_the_steady_level_integrates_to_the_memory_time_the_period_search_cuts_w
         starts = plain_unroll(mod, (reps + 2) * copies)
         a = reps * period  # a window every repetition before it has reached, none after it touches
         for d in problem.limited_devices():
-            integral = 0
+            integral, on_d = 0, set(problem.memory_blocks(d))
             for (b, _), t in starts.items():
-                if b not in problem.memory_blocks(d):
+                if b not in on_d:
                     continue
                 x = problem.memory[b]
                 e = t + problem.duration[b] if x < 0 else t  # allocated at the start, released at the end

@@ -98,16 +98,19 @@ def memory_time(problem: Problem, start: Callable[[str, int], Any], copies: int,
     start, weighted by the amount; `start(block, copy)` is a start time or a solver variable.
     Over one period, the steady-state level integrates to it plus the period times what a
     repetition leaves (problem.memory_left), so its average is at most the peak (Little's law)."""
-    terms = []
-    for b in problem.memory_blocks(d):
-        mem, end = problem.memory[b], problem.duration[b] if problem.memory[b] < 0 else 0
-        terms += [-mem * (start(b, j) + end) for j in range(copies)]
-    return sum(terms)
+    return sum(-problem.memory[b] * (start(b, j) + _event_offset(problem, b))
+               for b in problem.memory_blocks(d) for j in range(copies))
+
+
+def _event_offset(problem: Problem, block: str) -> int:
+    """When a memory event falls after its block's start: an allocation at the start, a release
+    at the end."""
+    return problem.duration[block] if problem.memory[block] < 0 else 0
 
 
 def _event(problem: Problem, mod: Modulo, block: str, copy: int) -> tuple[int, int, int]:
     m = problem.memory[block]
-    t = mod.start(block, copy) + (problem.duration[block] if m < 0 else 0)
+    t = mod.start(block, copy) + _event_offset(problem, block)
     return t // mod.period, t % mod.period, m
 
 
