@@ -81,6 +81,22 @@ RELAX_ABOVE = 1.01  # ... on rows whose best makespan is more than this many tim
 MAKESPANS = ("1f1b", "gpipe", "greedy", "zb-h1", "zb-h2", "zb-v", "zb-v-half", "zb-v-min", "peer", "tessel",
              "peer makespan", "alone")
 RANGES = (1.0, 1.01, 1.02, 1.05, 1.10, 1.20)
+GAP = 1.05  # the gap issue 17 asks to prove: each group's first solve proves tessel's makespan / GAP
+
+
+@dataclass(frozen=True)
+class Effort:
+    """How hard a row's relaxations try: `devices` one at a time, then `groups` groups of devices
+    at once (solves of `group_work` deterministic s, `group_seconds` of wall time a row at most:
+    a row cut short proves less, and may differ run to run), only on rows whose best makespan is
+    more than `above` times the bounds before; each group's first solve proves makespan / `gap`
+    (0: none, the bisection alone)."""
+    devices: int = RELAX_DEVICES
+    above: float = RELAX_ABOVE
+    groups: int = 0
+    group_seconds: float = GROUP_SECONDS
+    group_work: float = GROUP_WORK
+    gap: float = GAP
 
 
 @dataclass(frozen=True)
@@ -144,13 +160,12 @@ def _peer_peak(name: str, shape: str, cfg: Config, mods: dict[str, Any] | None) 
     return tuple(s.peak_memory) if isinstance(s, Schedule) else None
 
 
-def proven(p: Placement, n: int, limit: Number | tuple[Number, ...], best: Number, devices: int,
-           above: float = RELAX_ABOVE, groups: int = 0,
-           group_seconds: float = GROUP_SECONDS) -> tuple[Number, Number, Number | None]:
+def proven(p: Placement, n: int, limit: Number | tuple[Number, ...], best: Number, effort: Effort,
+           target: Number | None = None) -> tuple[Number, Number, Number | None]:
     """(best bound before, device bound, relaxation or None) of n micro-batches under `limit`
-    per device; the relaxations (`devices` one at a time, then `groups` groups of devices at once,
-    their solves stopped after `group_seconds` of wall time: a row cut short proves less, and may
-    differ run to run) only where `best` is more than `above` times the bounds before."""
+    per device; the relaxations as `effort` says, `target` the makespan whose gap they try to
+    prove first (default `best`)."""
+    devices, above, groups = effort.devices, effort.above, effort.groups
     problem = make_problem(p, limit)
     holds = problem.real_holds()
     old = max([bounds.lower_bound(p, n), bounds.shard_lower_bound(p, n),
@@ -164,7 +179,9 @@ def proven(p: Placement, n: int, limit: Number | tuple[Number, ...], best: Numbe
     start = max(old, bounds.device_lower_bound(p, n, holds, bounds.RELAX_TERM_WORK, ramp=False))
     relax = relaxed_bound(problem, n, best, start, RELAX_WORK, devices) if devices and small else start
     if groups and best > above * max(old, device, relax) + 1e-9:
-        relax = group_bound(problem, n, best, max(device, relax), GROUP_WORK, groups, Clock(group_seconds))
+        goal = (best if target is None else target) / effort.gap if effort.gap else None
+        relax = group_bound(problem, n, best, max(device, relax), effort.group_work, groups,
+                            Clock(effort.group_seconds), goal)
     return old, device, relax
 
 
@@ -175,12 +192,12 @@ def _num(x: str) -> float | None:
         return None
 
 
-def measure(name: str, case: Case, tessel: float | None, best: float, devices: int,
-            above: float, groups: int = 0, group_seconds: float = GROUP_SECONDS) -> tuple[str, float | None, float, float | None]:
+def measure(name: str, case: Case, tessel: float | None, best: float,
+            effort: Effort) -> tuple[str, float | None, float, float | None]:
     """The table line of one row, its tessel / bound, its best / bound and its tessel / (the
     bound the search reports by default)."""
     t0 = time.perf_counter()
-    old, device, relax = proven(case.placement, case.m, case.limit, best, devices, above, groups, group_seconds)
+    old, device, relax = proven(case.placement, case.m, case.limit, best, effort, tessel)
     secs = time.perf_counter() - t0
     reported = searched(case.placement, case.m, case.limit)
     bound = max(old, device, relax or 0, reported)
@@ -258,8 +275,8 @@ def spread(name: str, gaps: list[float]) -> str:
             f" | {sum(g > RANGES[-1] + 1e-9 for g in gaps)} | {max(gaps, default=0.0):.4f} |")
 
 
-def header(gaps: list[float], best: list[float], reported: list[float], devices: int, above: float,
-           mods: dict[str, Any] | None, groups: int = 0, group_seconds: float = GROUP_SECONDS) -> list[str]:
+def header(gaps: list[float], best: list[float], reported: list[float], effort: Effort,
+           mods: dict[str, Any] | None) -> list[str]:
     over = sum(g > 1.05 + 1e-9 for g in gaps)
     return ["# Proven gap on the zero-bubble grid: the bounds that know latency and memory", "",
             "Makespans as recorded by bench/peers.py and bench/vpeers.py in the files named (a vpeers --cache "
@@ -268,10 +285,13 @@ def header(gaps: list[float], best: list[float], reported: list[float], devices:
             "bound a search reports by default (bounds.proven_lower_bound, no solver bound, no relaxation); `device`: "
             "bounds.device_lower_bound, its device term in full (with the memory ramp at either end and at both, "
             "holds.device_ramp); `relax`: tessel.search.relax (one device exactly, CP-SAT, at most "
-            f"{RELAX_PROBES} solves of {RELAX_WORK} deterministic s per device, {devices} devices a row; then "
-            f"tessel.search.relax.group_bound, several devices at once, {groups} groups a row, at most {GROUP_PROBES} "
-            f"solves of {GROUP_WORK} deterministic s each, {group_seconds:g} s of wall time a row at most; on rows whose "
-            f"best makespan is above {above} x the bound before; `-`: not run); `best`: the shortest of tessel, the "
+            f"{RELAX_PROBES} solves of {RELAX_WORK} deterministic s per device, {effort.devices} devices a row; then "
+            f"tessel.search.relax.group_bound, several devices at once, {effort.groups} groups a row, at most "
+            f"{GROUP_PROBES} solves of {effort.group_work:g} deterministic s each, the first "
+            + (f"proving tessel's makespan / {effort.gap:g} (the best's where tessel has none)" if effort.gap else
+               "halfway") +
+            f", {effort.group_seconds:g} s of wall time a row at most; on rows whose "
+            f"best makespan is above {effort.above} x the bound before; `-`: not run); `best`: the shortest of tessel, the "
             "zero-bubble repository's scheduler, every baseline and peer that fits the row's memory. Gaps are "
             "makespan / bound; peers-v.md rows are bounded with each device's own limit, worked out "
             f"again from 1F1B's or the peer's schedule ({'with' if mods else 'without'} the zero-bubble repository"
@@ -302,6 +322,11 @@ def main() -> None:
     ap.add_argument("--group-seconds", type=float, default=GROUP_SECONDS,
                     help=f"wall seconds a row's group relaxations may take at most (default {GROUP_SECONDS:g}: zbv, 8 "
                          "devices, 32 micro-batches takes more)")
+    ap.add_argument("--group-work", type=float, default=GROUP_WORK,
+                    help=f"deterministic seconds per solve of a group (default {GROUP_WORK:g})")
+    ap.add_argument("--gap", type=float, default=GAP,
+                    help=f"each group's first solve proves tessel's makespan / this (default {GAP}: the gap issue 17 "
+                         "asks for; 0: bisect from halfway)")
     ap.add_argument("--relax-above", type=float, default=RELAX_ABOVE,
                     help=f"only rows whose best makespan is above this many times the bound before (default {RELAX_ABOVE})")
     ap.add_argument("--zb-repo", default=ZB_REPO,
@@ -312,6 +337,7 @@ def main() -> None:
                          "(its rows of the tables given; the rows that matter, in minutes instead of hours)")
     ap.add_argument("-o", "--output", default=str(ROOT / "bench" / "results" / "bound_gap.md"))
     args = ap.parse_args()
+    effort = Effort(args.relax_devices, args.relax_above, args.groups, args.group_seconds, args.group_work, args.gap)
     mods = load(args.zb_repo) if Path(args.zb_repo).exists() else None
     keep = None if args.over is None else rows_over(Path(args.over))
     files = [Path(t) for t in args.tables] or sorted((ROOT / "bench" / "results").glob("peers*.md"))
@@ -323,16 +349,14 @@ def main() -> None:
         for case, tessel, top in cases(f, mods):
             if not case.latency and not args.all or (keep is not None and _key(case, tessel) not in keep):
                 continue
-            line, gap, best_gap, own = measure(f.name, case, tessel, top, args.relax_devices, args.relax_above,
-                                              args.groups, args.group_seconds)
+            line, gap, best_gap, own = measure(f.name, case, tessel, top, effort)
             out.append(line)
             gaps += [] if gap is None else [gap]
             reported += [] if own is None else [own]
             best.append(best_gap)
             print(line, flush=True)
     cmd = "`.venv/bin/python bench/bound_gap.py " + " ".join(sys.argv[1:]) + "`"
-    atomic_write(args.output, "\n".join(header(gaps, best, reported, args.relax_devices, args.relax_above, mods, args.groups,
-                                                   args.group_seconds) + out +
+    atomic_write(args.output, "\n".join(header(gaps, best, reported, effort, mods) + out +
                                         ["", "Reproduce: " + cmd]) + "\n")
 
 

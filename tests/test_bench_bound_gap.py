@@ -32,7 +32,7 @@ def test_a_vpeers_cache_row_is_bounded_below_its_recorded_schedules(tmp_path: Pa
     [(case, tessel, best)] = bound_gap.cases(path, None)
     assert case.limit == tuple(limit) and case.memory == "1F1B's" and case.latency and case.m == 6
     assert tessel == s.makespan + 1 and best == s.makespan  # the peer over the limits does not count
-    line, gap, best_gap, own = bound_gap.measure(path.name, case, tessel, best, devices=0, above=1.01)
+    line, gap, best_gap, own = bound_gap.measure(path.name, case, tessel, best, bound_gap.Effort(devices=0, above=1.01))
     searched = bound_gap.searched(case.placement, case.m, case.limit)
     assert 0 < searched <= s.makespan and best_gap >= 1 and gap is not None and own is not None
     assert line.startswith("| cache.jsonl | zbv | 3 | 6 | unit | 1F1B's |") and own >= gap

@@ -173,3 +173,17 @@ def test_the_devices_at_once_see_what_one_at_a_time_cannot_under_v_min_memory(la
     alone = relaxed_bound(problem, 8, upper=recorded, floor=device)
     assert alone == one
     assert group_bound(problem, 8, upper=recorded, floor=alone) == group <= recorded
+
+
+def test_a_target_is_proven_first_and_never_past_the_optimum() -> None:
+    # zbv, 4 devices, 8 micro-batches, profiled costs, V-Min's memory, latency 0 (as above): the
+    # bisection from halfway proves 27.936; the exact optimum is 27.976 (exact mode proved it).
+    # Asked to prove the optimum first, the groups do; asked for more, they find a schedule there
+    # (never a bound above the optimum) and prove the optimum from below
+    v = zbv(4, forward=0.5, backward=0.488, weight=0.252)
+    problem = make_problem(v, (4, 4, 4, 4))
+    alone = relaxed_bound(problem, 8, upper=28.056, floor=bounds.device_lower_bound(
+        v, 8, problem.real_holds(), bounds.RELAX_TERM_WORK))
+    assert group_bound(problem, 8, upper=28.056, floor=alone) == 27.936
+    assert group_bound(problem, 8, upper=28.056, floor=alone, target=27.976) == 27.976
+    assert group_bound(problem, 8, upper=28.056, floor=alone, target=28.056) == 27.976

@@ -113,14 +113,16 @@ def relaxed_bound(problem: Problem, micro_batches: int, upper: Number, floor: Nu
 
 
 def group_bound(problem: Problem, micro_batches: int, upper: Number, floor: Number = 0,
-                work: float = GROUP_WORK, groups: int = GROUP_COUNT, clock: Clock | None = None) -> Number:
+                work: float = GROUP_WORK, groups: int = GROUP_COUNT, clock: Clock | None = None,
+                target: Number | None = None) -> Number:
     """The best lower bound of the makespan that the relaxations of several devices at once
     prove (module doc: the group's devices exact, capacity and memory, the others dropped), at
     least `floor`; `upper` is the makespan of a valid schedule (it only sets the horizons). Up to
     `groups` groups (_groups: every device, then adjacent pairs), each GROUP_PROBES solves of
     `work` deterministic seconds at most (_bisect), and none once `clock` runs out (a solve it
-    cuts short proves less, never a wrong bound). Seconds to minutes: bench/bound_gap.py and a
-    search asked to prove call it, never a default search."""
+    cuts short proves less, never a wrong bound). With a `target` (a bound that would settle the
+    question asked: a gap), each group's first solve is the one that proves it. Seconds to minutes:
+    bench/bound_gap.py and a search asked to prove call it, never a default search."""
     p, n = problem.placement, micro_batches
     if tasks(p, n) > bounds.STAGGER_TASKS:
         return floor
@@ -129,7 +131,8 @@ def group_bound(problem: Problem, micro_batches: int, upper: Number, floor: Numb
     for group in _groups(p, n, rows, memory)[:groups]:
         if best >= upper - EPS or (clock is not None and clock.expired()):
             break
-        units = _bisect(problem, res, n, group, rows, fifo, _down(best, res), _down(upper, res), work, clock)
+        first = None if target is None else math.ceil(target / res - GRID_EPS) - 1
+        units = _bisect(problem, res, n, group, rows, fifo, _down(best, res), _down(upper, res), work, clock, first)
         best = max(best, snap(units * res))
     return best
 
@@ -154,17 +157,19 @@ def _groups(p: Placement, n: int, rows: tuple[bounds.Rows, bounds.Rows], memory:
 
 
 def _bisect(problem: Problem, res: float, n: int, group: tuple[int, ...], rq: tuple[bounds.Rows, bounds.Rows],
-            fifo: set[str], lo: int, hi: int, work: float, clock: Clock | None = None) -> int:
+            fifo: set[str], lo: int, hi: int, work: float, clock: Clock | None = None, first: int | None = None) -> int:
     """The bound the group's relaxation proves, in grid units, between `lo` (proven) and `hi`
     (above it, the relaxation is not worth proving: a valid schedule's makespan). Each probe goes
-    halfway between the proven bound and the lowest horizon still open: nothing below it raises
-    the proven bound past it; a schedule found closes every horizon above its makespan (the
-    relaxation's optimum is at most that); a solve that decides neither closes the horizons above
-    the one it tried (proofs there would take more work)."""
+    halfway between the proven bound and the lowest horizon still open (the first at `first`
+    where that is open): nothing below it raises the proven bound past it; a schedule found
+    closes every horizon above its makespan (the relaxation's optimum is at most that); a solve
+    that decides neither closes the horizons above the one it tried (proofs there would take more
+    work)."""
     for _ in range(GROUP_PROBES):
         if lo >= hi or (clock is not None and clock.expired()):
             break
-        h = (lo + hi) // 2
+        h = first if first is not None and lo <= first < hi else (lo + hi) // 2
+        first = None
         status, bound, found = _solve(problem, res, n, group, rq, fifo, h, lo, work, clock)
         log.info("relaxation of devices %s below %d: %s, bound %d", group, h, status, bound)
         lo = max(lo, bound)
