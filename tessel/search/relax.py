@@ -118,60 +118,83 @@ def group_bound(problem: Problem, micro_batches: int, upper: Number, floor: Numb
     """The best lower bound of the makespan that the relaxations of several devices at once
     prove (module doc: the group's devices exact, capacity and memory, the others dropped), at
     least `floor`; `upper` is the makespan of a valid schedule (it only sets the horizons). Up to
-    `groups` groups (_groups: every device, then adjacent pairs), each GROUP_PROBES solves of
-    `work` deterministic seconds at most (_bisect), and none once `clock` runs out (a solve it
-    cuts short proves less, never a wrong bound). With a `target` (a bound that would settle the
-    question asked: a gap), each group's first solve is the one that proves it. Seconds to minutes:
-    bench/bound_gap.py and a search asked to prove call it, never a default search."""
+    `groups` groups (_groups: every device, with every memory limit and with the tip's alone,
+    then pairs), each GROUP_PROBES solves of `work` deterministic seconds at most (_bisect), and
+    none once `clock` runs out (a solve it cuts short proves less, never a wrong bound). With a `target` (a bound that would settle the
+    question asked: a gap), each group first gets one solve that would prove it (until one
+    does), then its bisection as above. Seconds to minutes: bench/bound_gap.py and a search asked to
+    prove call it, never a default search."""
     p, n = problem.placement, micro_batches
     if tasks(p, n) > bounds.STAGGER_TASKS:
         return floor
     memory, rows, fifo, res = _inputs(problem, n, upper)
-    best = floor
-    for group in _groups(p, n, rows, memory)[:groups]:
-        if best >= upper - EPS or (clock is not None and clock.expired()):
-            break
-        first = None if target is None else math.ceil(target / res - GRID_EPS) - 1
-        units = _bisect(problem, res, n, group, rows, fifo, _down(best, res), _down(upper, res), work, clock, first)
+    best, todo = floor, _groups(p, n, rows, memory)[:groups]
+    # the target's solves first: a bisection halfway whose solve decides nothing would spend the
+    # clock below the target on one group (the whole V) where a pair proves the target in seconds
+    # (zbv, 4 devices, 16 micro-batches, profiled, V-Min's memory: the tip pair, 49.304 in 17 s)
+    goal = None if target is None else math.ceil(target / res - GRID_EPS) - 1
+    solves = [] if goal is None else [(g, goal, 1) for g in todo]
+    for group, first, probes in solves + [(g, None, GROUP_PROBES) for g in todo]:
+        lo = _down(best, res)
+        if best >= upper - EPS or (clock is not None and clock.expired()) or (first is not None and lo > first):
+            continue
+        units = _bisect(problem, res, n, group, rows, fifo, lo, _down(upper, res), work, clock, first, probes)
         best = max(best, snap(units * res))
     return best
 
 
-def _groups(p: Placement, n: int, rows: tuple[bounds.Rows, bounds.Rows], memory: bounds.Memory) -> list[tuple[int, ...]]:
+@dataclass(frozen=True)
+class Group:
+    """The devices a relaxation models exactly (one task at a time each) and, of them, those
+    whose memory limit it keeps: dropping a limit only loosens the relaxation, and spares its
+    reservoir, the largest part of the model."""
+    devices: tuple[int, ...]
+    memory: tuple[int, ...]
+
+
+def _groups(p: Placement, n: int, rows: tuple[bounds.Rows, bounds.Rows], memory: bounds.Memory) -> list[Group]:
     """The device groups group_bound tries, in turn: every device (the whole problem with the
     releases, tails and order of micro-batches as cuts) where it has at most GROUP_TASKS tasks,
-    then pairs of adjacent devices and the two ends, the pair of the device _order puts first
-    first. On zbv, 8 devices, unit costs, V-Min's memory the whole problem proves 97.5 where one
-    device proves 95 (and has a valid schedule of 97.5); on 4 devices, profiled costs, 12
-    micro-batches, the pair at the tip proves 39.2 where every device at once proves 38.15 in
-    the same work, one device 37.856."""
+    first with every memory limit, then with the limit of the device whose first task starts
+    latest alone (the tip of a V); then pairs of adjacent devices and the two ends, the pair of
+    the device _order puts first first. On zbv, 8 devices, unit costs, V-Min's memory the whole
+    problem proves 97.5 where one device proves 95 (and has a valid schedule of 97.5); on 4
+    devices, profiled costs, 12 micro-batches, the pair at the tip proves 39.2 where every device
+    at once proves 38.15 in the same work, one device 37.856; on 6 devices, 18 micro-batches,
+    with the tip's memory alone every device proves 55.284 in 40 deterministic s, where with
+    every memory it proves nothing above 54.724 in 200."""
     d = p.devices
-    out: list[tuple[int, ...]] = []
+    out: list[Group] = []
     if tasks(p, n) <= GROUP_TASKS:
-        out.append(tuple(range(d)))
+        everything = tuple(range(d))
+        starts = {x: min(float(rows[0][b.id][0]) for b in p.blocks_on(x)) for x in everything if p.blocks_on(x)}
+        tip = max(starts, key=lambda x: (starts[x], x), default=d - 1)
+        out += [Group(everything, everything), Group(everything, (tip,))]
     if d > 2:
         first = (_order(p, n, rows, memory) or [d - 1])[0]
         pairs = {tuple(sorted((x, x + 1))) for x in (first - 1, first) if 0 <= x < d - 1} | {(0, d - 1)}
-        out += sorted(pairs, key=lambda g: (first not in g, g))
+        out += [Group(g, g) for g in sorted(pairs, key=lambda g: (first not in g, g))]
     return out
 
 
-def _bisect(problem: Problem, res: float, n: int, group: tuple[int, ...], rq: tuple[bounds.Rows, bounds.Rows],
-            fifo: set[str], lo: int, hi: int, work: float, clock: Clock | None = None, first: int | None = None) -> int:
+def _bisect(problem: Problem, res: float, n: int, group: Group, rq: tuple[bounds.Rows, bounds.Rows],
+            fifo: set[str], lo: int, hi: int, work: float, clock: Clock | None = None, first: int | None = None,
+            probes: int = GROUP_PROBES) -> int:
     """The bound the group's relaxation proves, in grid units, between `lo` (proven) and `hi`
     (above it, the relaxation is not worth proving: a valid schedule's makespan). Each probe goes
     halfway between the proven bound and the lowest horizon still open (the first at `first`
-    where that is open): nothing below it raises the proven bound past it; a schedule found
+    where that is open; `probes` solves at most): nothing below it raises the proven bound past it; a schedule found
     closes every horizon above its makespan (the relaxation's optimum is at most that); a solve
     that decides neither closes the horizons above the one it tried (proofs there would take more
     work)."""
-    for _ in range(GROUP_PROBES):
+    for _ in range(probes):
         if lo >= hi or (clock is not None and clock.expired()):
             break
         h = first if first is not None and lo <= first < hi else (lo + hi) // 2
         first = None
-        status, bound, found = _solve(problem, res, n, group, rq, fifo, h, lo, work, clock)
-        log.info("relaxation of devices %s below %d: %s, bound %d", group, h, status, bound)
+        status, bound, found = _solve(problem, res, n, group.devices, rq, fifo, h, lo, work, clock, group.memory)
+        log.info("relaxation of devices %s, memory of %s, below %d: %s, bound %d", group.devices, group.memory, h,
+                 status, bound)
         lo = max(lo, bound)
         if status != "infeasible":
             hi = min(h, found if found is not None else h)
@@ -257,11 +280,11 @@ def _probes(problem: Problem, res: float, n: int, d: int, rq: tuple[bounds.Rows,
 
 def _solve(problem: Problem, res: float, n: int, group: tuple[int, ...], rq: tuple[bounds.Rows, bounds.Rows],
            fifo: set[str], horizon: int, floor: int, work: float,
-           clock: Clock | None = None) -> tuple[str, int, int | None]:
-    """The relaxation of the devices of `group` with every task ending by `horizon` (grid units),
-    its makespan at least `floor`: the solve's status, its proven bound and the makespan it found
-    (or None)."""
-    built = _model(problem, res, n, group, rq, fifo, horizon, floor)
+           clock: Clock | None = None, memory: Sequence[int] | None = None) -> tuple[str, int, int | None]:
+    """The relaxation of the devices of `group` (with the memory limits of `memory`, default
+    the group's) with every task ending by `horizon` (grid units), its makespan at least `floor`:
+    the solve's status, its proven bound and the makespan it found (or None)."""
+    built = _model(problem, res, n, group, rq, fifo, horizon, floor, memory)
     if built is None:
         return "infeasible", horizon + 1, None
     # one worker and a budget of deterministic work: the same bound every run; the wall clock
@@ -274,11 +297,13 @@ def _solve(problem: Problem, res: float, n: int, group: tuple[int, ...], rq: tup
 
 
 def _model(problem: Problem, res: float, n: int, group: tuple[int, ...], rq: tuple[bounds.Rows, bounds.Rows],
-           fifo: set[str], horizon: int, floor: int) -> tuple[Model, dict[Key, Expr]] | None:
+           fifo: set[str], horizon: int, floor: int,
+           memory: Sequence[int] | None = None) -> tuple[Model, dict[Key, Expr]] | None:
     """The relaxation of `group`'s devices below `horizon`, minimising its makespan (at least
     `floor`), and its start variables; None when a task alone cannot end by the horizon. Every
-    task on the group's devices is modelled; the other devices are dropped, their tasks left as
-    the delays between the group's (_delays)."""
+    task on the group's devices is modelled, with the memory limits of the devices `memory`
+    names (default: the group's); the other devices are dropped, their tasks left as the delays
+    between the group's (_delays)."""
     p = problem.placement
     r, q = rq
     m = Model()
@@ -310,7 +335,7 @@ def _model(problem: Problem, res: float, n: int, group: tuple[int, ...], rq: tup
     for (x, y), gap in _delays(p, [b.id for b in blocks], prune=not one).items():
         for k in range(n):
             m.precede(start[(x, k)], start[(y, k)], _down(gap, res))
-    for d in group:
+    for d in group if memory is None else memory:
         _reservoir(m, problem, res, d, n, start)
     m.minimize(makespan if makespan is not None else m.latest("makespan", floor, horizon, ends))
     return m, start
