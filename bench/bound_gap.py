@@ -26,8 +26,9 @@ rows with latency unless --all.
     .venv/bin/python bench/bound_gap.py --all -o /tmp/gap.md bench/results/peers-memory.md
     .venv/bin/python bench/bound_gap.py --relax-devices 0 --groups 0 -o /tmp/gap.md   # without the relaxations
 
-Only the rows an earlier table lists above 5% (what a stronger bound has to close), with the
-several-device relaxation (relax.group_bound, --groups) or without it (--groups 0):
+Only the rows an earlier table lists above 5% (what a stronger bound has to close; the group
+relaxations start from the bound it proved), with the several-device relaxation (relax.group_bound,
+--groups) or without it (--groups 0):
 
     .venv/bin/python bench/bound_gap.py --all --over bench/results/bound_gap-v-p8.md -o /tmp/p8.md \
         bench/results/peers-v-p8.jsonl
@@ -161,10 +162,10 @@ def _peer_peak(name: str, shape: str, cfg: Config, mods: dict[str, Any] | None) 
 
 
 def proven(p: Placement, n: int, limit: Number | tuple[Number, ...], best: Number, effort: Effort,
-           target: Number | None = None) -> tuple[Number, Number, Number | None]:
+           target: Number | None = None, earlier: Number = 0) -> tuple[Number, Number, Number | None]:
     """(best bound before, device bound, relaxation or None) of n micro-batches under `limit`
     per device; the relaxations as `effort` says, `target` the makespan whose gap they try to
-    prove first (default `best`)."""
+    prove first (default `best`), the groups from `earlier` (a bound an earlier table proved) up."""
     devices, above, groups = effort.devices, effort.above, effort.groups
     problem = make_problem(p, limit)
     holds = problem.real_holds()
@@ -180,7 +181,7 @@ def proven(p: Placement, n: int, limit: Number | tuple[Number, ...], best: Numbe
     relax = relaxed_bound(problem, n, best, start, RELAX_WORK, devices) if devices and small else start
     if groups and best > above * max(old, device, relax) + 1e-9:
         goal = (best if target is None else target) / effort.gap if effort.gap else None
-        relax = group_bound(problem, n, best, max(device, relax), effort.group_work, groups,
+        relax = group_bound(problem, n, best, max(device, relax, earlier), effort.group_work, groups,
                             Clock(effort.group_seconds), goal)
     return old, device, relax
 
@@ -193,11 +194,11 @@ def _num(x: str) -> float | None:
 
 
 def measure(name: str, case: Case, tessel: float | None, best: float,
-            effort: Effort) -> tuple[str, float | None, float, float | None]:
+            effort: Effort, earlier: float = 0) -> tuple[str, float | None, float, float | None]:
     """The table line of one row, its tessel / bound, its best / bound and its tessel / (the
-    bound the search reports by default)."""
+    bound the search reports by default); the group relaxations start from `earlier`."""
     t0 = time.perf_counter()
-    old, device, relax = proven(case.placement, case.m, case.limit, best, effort, tessel)
+    old, device, relax = proven(case.placement, case.m, case.limit, best, effort, tessel, earlier)
     secs = time.perf_counter() - t0
     reported = searched(case.placement, case.m, case.limit)
     bound = max(old, device, relax or 0, reported)
@@ -249,13 +250,14 @@ def jsonl_cases(path: Path) -> list[tuple[Case, float | None, float]]:
     return out
 
 
-def rows_over(path: Path, ratio: float = 1.05) -> set[tuple[str, ...]]:
-    """The rows of an earlier bound_gap table whose tessel / bound is above `ratio`, as _key."""
-    out = set()
+def rows_over(path: Path, ratio: float = 1.05) -> dict[tuple[str, ...], float]:
+    """The rows of an earlier bound_gap table whose tessel / bound is above `ratio`, as _key,
+    each with the bound that table proved."""
+    out = {}
     for ln in path.read_text().splitlines():
         c = _cells(ln)
         if len(c) == 17 and c[0].startswith("peers") and (g := _num(c[13])) is not None and g > ratio + 1e-9:
-            out.add((*c[1:6], c[11]))
+            out[(*c[1:6], c[11])] = float(c[10])
     return out
 
 
@@ -287,7 +289,8 @@ def header(gaps: list[float], best: list[float], reported: list[float], effort: 
             "holds.device_ramp); `relax`: tessel.search.relax (one device exactly, CP-SAT, at most "
             f"{RELAX_PROBES} solves of {RELAX_WORK} deterministic s per device, {effort.devices} devices a row; then "
             f"tessel.search.relax.group_bound, several devices at once, {effort.groups} groups a row, at most "
-            f"{GROUP_PROBES} solves of {effort.group_work:g} deterministic s each, the first "
+            f"{GROUP_PROBES} solves of {effort.group_work:g} deterministic s each, from the bound the --over table "
+            "proved where one is given, the first "
             + (f"proving tessel's makespan / {effort.gap:g} (the best's where tessel has none)" if effort.gap else
                "halfway") +
             f", {effort.group_seconds:g} s of wall time a row at most; on rows whose "
@@ -334,7 +337,8 @@ def main() -> None:
                          "without it their rows use the largest limit on every device)")
     ap.add_argument("--over", metavar="BOUND_GAP_MD",
                     help="only the rows that an earlier bench/bound_gap.py table lists with tessel / bound above 1.05 "
-                         "(its rows of the tables given; the rows that matter, in minutes instead of hours)")
+                         "(its rows of the tables given; the rows that matter, in minutes instead of hours), their "
+                         "group relaxations starting from the bound it proved")
     ap.add_argument("-o", "--output", default=str(ROOT / "bench" / "results" / "bound_gap.md"))
     args = ap.parse_args()
     effort = Effort(args.relax_devices, args.relax_above, args.groups, args.group_seconds, args.group_work, args.gap)
@@ -349,7 +353,8 @@ def main() -> None:
         for case, tessel, top in cases(f, mods):
             if not case.latency and not args.all or (keep is not None and _key(case, tessel) not in keep):
                 continue
-            line, gap, best_gap, own = measure(f.name, case, tessel, top, effort)
+            line, gap, best_gap, own = measure(f.name, case, tessel, top, effort,
+                                              0 if keep is None else keep[_key(case, tessel)])
             out.append(line)
             gaps += [] if gap is None else [gap]
             reported += [] if own is None else [own]
