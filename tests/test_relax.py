@@ -198,6 +198,6 @@ def test_the_whole_v_with_the_tips_memory_alone_proves_in_a_second() -> None:
     problem = make_problem(v, (4, 4, 4, 4))
     memory, rows, fifo, res = relax._inputs(problem, 8, 28.056)
     tip = relax.Group((0, 1, 2, 3), (3,))
-    assert relax._groups(v, 8, rows, memory)[:2] == [relax.Group((0, 1, 2, 3), (0, 1, 2, 3)), tip]
+    assert relax._groups(v, 8, rows, memory)[:3] == [relax.Group((0, 1, 2, 3), (0, 1, 2, 3)), tip, relax.Group((3,), (3,))]
     units = relax._bisect(problem, res, 8, tip, rows, fifo, relax._down(26.9, res), relax._down(28.056, res), 2.0)
     assert units * res == pytest.approx(27.936)
