@@ -140,6 +140,11 @@ def _group_check(p: Placement, n: int, memory: Number | tuple[Number, ...] | Non
     group = group_bound(problem, n, upper=2 * opt + 10, work=2.0)
     assert group <= opt + 1e-9, (p.name, n, memory, opt, group)
     assert group_bound(problem, n, upper=2 * opt + 10, floor=one, work=2.0) >= one
+    # every group (the tip's memory alone, the tip alone too) asked for the optimum and for more
+    # first: a target only orders the solves, never proves past the optimum
+    for target in (opt, opt + 1):
+        aimed = group_bound(problem, n, upper=2 * opt + 10, work=1.0, groups=8, target=target)
+        assert aimed <= opt + 1e-9, (p.name, n, memory, opt, target, aimed)
     return opt, one, group
 
 
