@@ -294,7 +294,8 @@ def header(gaps: list[float], best: list[float], reported: list[float], effort: 
             + (f"proving tessel's makespan / {effort.gap:g} (the best's where tessel has none)" if effort.gap else
                "halfway") +
             f", {effort.group_seconds:g} s of wall time a row at most; on rows whose "
-            f"best makespan is above {effort.above} x the bound before; `-`: not run); `best`: the shortest of tessel, the "
+            f"best makespan is above {effort.above} x the bound before; `-`: not run); `best`: the shortest of "
+            "tessel, the "
             "zero-bubble repository's scheduler, every baseline and peer that fits the row's memory. Gaps are "
             "makespan / bound; peers-v.md rows are bounded with each device's own limit, worked out "
             f"again from 1F1B's or the peer's schedule ({'with' if mods else 'without'} the zero-bubble repository"

@@ -126,10 +126,10 @@ def group_bound(problem: Problem, micro_batches: int, upper: Number, floor: Numb
     least `floor`; `upper` is the makespan of a valid schedule (it only sets the horizons). Up to
     `groups` groups (_groups: every device, with every memory limit and with the tip's alone,
     then pairs), each GROUP_PROBES solves of `work` deterministic seconds at most (_bisect), and
-    none once `clock` runs out (a solve it cuts short proves less, never a wrong bound). With a `target` (a bound that would settle the
-    question asked: a gap), each group first gets one solve that would prove it (until one
-    does), then its bisection as above. Seconds to minutes: bench/bound_gap.py and a search asked to
-    prove call it, never a default search."""
+    none once `clock` runs out (a solve it cuts short proves less, never a wrong bound). With a
+    `target` (a bound that would settle the question asked: a gap), each group first gets one
+    solve that would prove it (until one does), then its bisection as above. Seconds to minutes:
+    bench/bound_gap.py and a search asked to prove call it, never a default search."""
     p, n = problem.placement, micro_batches
     if tasks(p, n) > bounds.STAGGER_TASKS:
         return floor
@@ -165,14 +165,14 @@ def _groups(p: Placement, n: int, rows: tuple[bounds.Rows, bounds.Rows], memory:
     latest alone (the tip of a V); the tip alone (relaxed_bound's, asked for more work: zbv, 16
     devices, 48 micro-batches, profiled costs, latency, V-Min's memory, it proves 173.664 in 7 s
     of 40 deterministic s where relaxed_bound's solves prove 173.136); then pairs of adjacent
-    devices and the two ends, the pair of the device _order puts first first. On zbv, 8 devices, unit costs, V-Min's memory the whole
-    problem proves 97.5 where one device proves 95 (and has a valid schedule of 97.5); on 4
-    devices, profiled costs, 12 micro-batches, the pair at the tip proves 39.2 where every device
-    at once proves 38.15 in the same work, one device 37.856; on 6 devices, 18 micro-batches,
-    with the tip's memory alone every device proves 55.284 in 40 deterministic s, where with
-    every memory it proves nothing above 54.724 in 200."""
+    devices and the two ends, the pair of the device _order puts first first. On zbv, 8 devices,
+    unit costs, V-Min's memory the whole problem proves 97.5 where one device proves 95 (and has
+    a valid schedule of 97.5); on 4 devices, profiled costs, 12 micro-batches, the pair at the tip
+    proves 39.2 where every device at once proves 38.15 in the same work, one device 37.856; on 6
+    devices, 18 micro-batches, with the tip's memory alone every device proves 55.284 in 40
+    deterministic s, where with every memory it proves nothing above 54.724 in 200."""
     d, everything = p.devices, tuple(range(p.devices))
-    starts = {x: min(float(rows[0][b.id][0]) for b in p.blocks_on(x)) for x in everything if p.blocks_on(x)}
+    starts = _first_starts(p, rows, everything)
     tip = max(starts, key=lambda x: (starts[x], x), default=d - 1)
     out: list[Group] = []
     if tasks(p, n) <= GROUP_TASKS:
@@ -192,10 +192,10 @@ def _bisect(problem: Problem, res: float, n: int, group: Group, rq: tuple[bounds
     """The bound the group's relaxation proves, in grid units, between `lo` (proven) and `hi`
     (above it, the relaxation is not worth proving: a valid schedule's makespan). Each probe goes
     halfway between the proven bound and the lowest horizon still open (the first at `first`
-    where that is open; `probes` solves at most): nothing below it raises the proven bound past it; a schedule found
-    closes every horizon above its makespan (the relaxation's optimum is at most that); a solve
-    that decides neither closes the horizons above the one it tried (proofs there would take more
-    work)."""
+    where that is open; `probes` solves at most): nothing below it raises the proven bound past
+    it; a schedule found closes every horizon above its makespan (the relaxation's optimum is at
+    most that); a solve that decides neither closes the horizons above the one it tried (proofs
+    there would take more work)."""
     for _ in range(probes):
         if lo >= hi or (clock is not None and clock.expired()):
             break
@@ -254,9 +254,15 @@ def _order(p: Placement, n: int, rows: tuple[bounds.Rows, bounds.Rows], memory: 
     (every device's relaxation is a bound)."""
     pre = bounds.device_bounds(p, n, memory, rows, ramp=False)  # the one-machine bound: where a device's tasks crowd
     small = [d for d in pre if n * len(p.blocks_on(d)) <= RELAX_TASKS]
-    first = {d: min(float(rows[0][b.id][0]) for b in p.blocks_on(d)) for d in small}
+    first = _first_starts(p, rows, small)
     mid = (max(first.values(), default=0.0) + min(first.values(), default=0.0)) / 2
     return sorted(small, key=lambda d: (-pre[d], -abs(first[d] - mid), -first[d], d))
+
+
+def _first_starts(p: Placement, rows: tuple[bounds.Rows, bounds.Rows], devices: Sequence[int]) -> dict[int, float]:
+    """The least release of each device's first task (of those with tasks): the tip of a V
+    starts latest."""
+    return {d: min(float(rows[0][b.id][0]) for b in p.blocks_on(d)) for d in devices if p.blocks_on(d)}
 
 
 def _down(x: Number, res: float) -> int:
