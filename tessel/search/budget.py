@@ -100,6 +100,8 @@ class Budget:
     copies_share: float = 0.5  # of the period search's time left for patterns of several micro-batches
     retry_share: float = 0.4  # tessel: periods the period search left undecided, tried again with more work
     escalate: float = 4.0  # ... with this many times the repetend stall's work
+    grid_rivals: int = 1  # the raced baselines run again on the grid, the best real makespan first, to
+    # complete the shortest like our own (passes/rivals.grid_baseline): this many (0: all of them)
     deep_share: float = 0.2  # the deepest repetend at the chosen period (the memory the limits leave)
     polish_share: float = 0.25  # fast: the solver polishing a construction that fits memory
     polish_cap: float = 10.0  # fast: seconds of that polish at most
