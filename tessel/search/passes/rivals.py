@@ -43,9 +43,10 @@ def grid_baseline(p: Problem, n: int, rivals: Sequence[Schedule], clock: Clock,
     """The best raced baseline on the grid placement: the real schedules when the grid is exact,
     else, in order of real makespan, the first `most` (0: all) that run again on the grid's
     (rounded-up) durations, the shortest of those. Only the best is completed: running all of them
-    again took 2.4 s of a 15 s search on zbv, 8 devices, 16 micro-batches, V-Min's memory, and on 40
-    open rows of the peers grid at 20 s (bench/budget_ab.py, Budget.grid_rivals 1 against 0: it gave
-    the same makespans but one, 0.06% shorter)."""
+    again took 2.4 s of a 15 s search on zbv, 8 devices, 16 micro-batches, V-Min's memory, time the
+    cuts' solve could use. On 40 open rows of the peers grid at 20 s (bench/results/grid-rivals.md,
+    Budget.grid_rivals 1 against 0) the makespans stay: 3 shorter, 1 longer by 0.66% (a row an
+    earlier run of the same pair had the other way), geometric mean 1.0001."""
     ranked = sorted(rivals, key=lambda s: s.makespan)
     if p.exact_time and p.resolution == 1:
         return (str(ranked[0].meta["method"]), ranked[0]) if ranked else None
