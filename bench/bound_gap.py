@@ -352,10 +352,10 @@ def main() -> None:
     reported: list[float] = []
     for f in files:
         for case, tessel, top in cases(f, mods):
-            if not case.latency and not args.all or (keep is not None and _key(case, tessel) not in keep):
+            earlier = None if keep is None else keep.get(_key(case, tessel))
+            if not case.latency and not args.all or (keep is not None and earlier is None):
                 continue
-            line, gap, best_gap, own = measure(f.name, case, tessel, top, effort,
-                                              0 if keep is None else keep[_key(case, tessel)])
+            line, gap, best_gap, own = measure(f.name, case, tessel, top, effort, earlier or 0)
             out.append(line)
             gaps += [] if gap is None else [gap]
             reported += [] if own is None else [own]

@@ -52,9 +52,10 @@ def grid_baseline(p: Problem, n: int, rivals: Sequence[Schedule], clock: Clock,
         return (str(ranked[0].meta["method"]), ranked[0]) if ranked else None
     out: dict[str, Schedule] = {}
     for s in ranked:
+        if most and len(out) >= most:
+            break
         name = str(s.meta["method"])
-        if (most and len(out) >= most) or name not in BASELINES \
-                or float(s.meta.get("search_seconds", 0)) * 3 > clock.left():
+        if name not in BASELINES or float(s.meta.get("search_seconds", 0)) * 3 > clock.left():
             continue  # a warm start has no generator; the rounded-up durations often take a baseline longer
         try:
             out[name] = BASELINES[name](p.units, n, p.limit)
