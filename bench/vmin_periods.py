@@ -54,9 +54,9 @@ def limits(path: str, memory: str, costs: str) -> dict[Case, list[float]]:
 def bisect(problem: Problem, copies: int, lo: int, hi: int, seconds: float, steps: int) -> dict[str, Any]:
     """Between `lo` (no proof yet) and `hi` (grid units of one repetition): the highest period
     proven infeasible, the lowest found (per micro-batch, and its period in grid units) and the
-    solves in between. An undecided solve moves the
-    next one up, toward what is found."""
-    proven, found, undecided, solves, period = None, None, None, [], None
+    solves in between. An undecided solve moves the next one up, toward what is found (so each
+    infeasible or undecided period is above the last)."""
+    proven, found, undecided, solves = None, None, None, []
     top = hi
     for _ in range(steps):
         if lo >= top:
@@ -67,12 +67,13 @@ def bisect(problem: Problem, copies: int, lo: int, hi: int, seconds: float, step
         per = round(problem.real(mid) / copies, 4)
         solves.append((per, res.status, round(time.perf_counter() - t0, 1)))
         if res.found:
-            found, top, period = per, mid, mid
+            found, top = per, mid
         elif res.status == "infeasible":
             proven, lo = per, mid + 1
         else:
-            undecided, lo = per if undecided is None else max(undecided, per), mid + 1
-    return dict(infeasible=proven, undecided=undecided, found=found, period=period, solves=solves)
+            undecided, lo = per, mid + 1
+    return dict(infeasible=proven, undecided=undecided, found=found, period=None if found is None else top,
+                solves=solves)
 
 
 def run_case(args: tuple[Case, list[float], str, float, int, float, tuple[int, ...]]) -> dict[str, Any]:
@@ -137,7 +138,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "Solves, per case and copies (period per micro-batch, status, seconds):", "",
         *(f"- p {r['p']}, latency {'yes' if r['latency'] else 'no'}, {c} cop{'y' if c == 1 else 'ies'}: "
           + ", ".join(f"{x} {s} {t}s" for x, s, t in r[f'copies{c}']['solves'])
-          for r in results for c in (1, 2) if f"copies{c}" in r),
+          for r in results for c in args.copies),
     ]
     text = "\n".join(lines) + "\n"
     atomic_write(args.out, text)
