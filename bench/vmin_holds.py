@@ -9,9 +9,9 @@ proven gap leaves open, this says which of the two a schedule loses to: the hold
 time a micro-batch's activations wait on other devices' queues) or memory left idle.
 
 Each row: the default search (--time-limit s) under the limits a bench/vpeers.py cache recorded
-(--rows, per device count and latency as bench/vmin_periods.py reads them), its schedule checked by ../shared/tools/check_schedule.py; the steady state is the middle
-half of the micro-batches (by index), the interval the mean gap between the starts of the
-device's longest-held allocation.
+(--rows, per device count and latency as bench/vmin_periods.py reads them), its schedule checked
+by ../shared/tools/check_schedule.py; the steady state is the middle half of the micro-batches (by
+index), the interval the mean gap between the starts of the device's longest-held allocation.
 
     .venv/bin/python bench/vmin_holds.py --rows bench/results/peers-v-full.jsonl \\
         --case 6,24,0 --case 8,16,0 --case 8,32,0 --case 8,32,1 -o bench/results/vmin_holds.md
@@ -54,7 +54,7 @@ class Device:
 def at_limit(s: Schedule, device: int, limit: float) -> float:
     """Share of the device's busy span with its memory at `limit`."""
     tasks = s.device_tasks(device)
-    first, last = min(t.start for t in tasks), max(t.start + s.placement.by_id[t.block].duration for t in tasks)
+    first, last = min(t.start for t in tasks), max(s.end(t.block, t.micro_batch) for t in tasks)
     level, since, full = 0.0, first, 0.0
     for t, amount in s.memory_events(device):  # releases first at a tie (rule 4)
         if level >= limit - EPS:
@@ -72,23 +72,33 @@ def devices(s: Schedule, n: int, lims: Sequence[float]) -> list[Device]:
         pairs = problem.memory_pairs(d) or []
         if not pairs:
             continue
+        least = {(a, r): hold_time(p, a, r) for a, r, _ in pairs}
         held = [sum((s.end(r, j) - start[(a, j)]) * x for a, r, x in pairs) for j in steady]
-        least = sum(hold_time(p, a, r) * x for a, r, x in pairs)
-        longest = max(pairs, key=lambda q: hold_time(p, q[0], q[1]))[0]
+        longest = max(least, key=least.__getitem__)[0]
         starts = sorted(start[(longest, j)] for j in steady)
         out.append(Device(d, float(lims[d]), at_limit(s, d, float(lims[d])), float(statistics.mean(held)),
-                          float(least), (starts[-1] - starts[0]) / (len(starts) - 1)))
+                          float(sum(least[a, r] * x for a, r, x in pairs)), (starts[-1] - starts[0]) / (len(starts) - 1)))
     return out
 
 
 @dataclass(frozen=True)
 class Row:
     case: Case
-    makespan: float
-    bound: float
-    load: float
     devices: list[Device]
     schedule: Schedule
+
+    @property
+    def makespan(self) -> float:
+        return float(self.schedule.makespan)
+
+    @property
+    def bound(self) -> float:
+        """The search's own proven bound, as its report gives it."""
+        return float(self.schedule.meta.get("lower_bound", 0))
+
+    @property
+    def load(self) -> float:
+        return float(max(self.schedule.placement.loads))
 
 
 def run_case(case: Case, lims: list[float], costs: str, seconds: float, check: bool = True) -> Row:
@@ -99,7 +109,7 @@ def run_case(case: Case, lims: list[float], costs: str, seconds: float, check: b
     s = search(pl, n, memory=lims, time_limit=seconds)
     if check and not checked(s):
         raise SystemExit(f"vmin_holds: check_schedule.py rejects the schedule of {case}")
-    return Row(case, float(s.makespan), float(s.meta.get("lower_bound", 0)), float(max(pl.loads)), devices(s, n, lims), s)
+    return Row(case, devices(s, n, lims), s)
 
 
 def table(results: Sequence[Row]) -> list[str]:
